@@ -1,0 +1,80 @@
+# lakehouse-ingest — set-up, run and test. `make run` and `make test` do all set-up.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3.11
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# Downloaded artefacts (jars, MinIO binary) live outside git and outside the clone,
+# so every clone on a machine shares one warm cache.
+LAKEHOUSE_CACHE ?= $(HOME)/.cache/lakehouse-ingest
+export LAKEHOUSE_CACHE
+SPARK_JARS  := $(LAKEHOUSE_CACHE)/jars/spark
+KAFKA_JARS  := $(LAKEHOUSE_CACHE)/jars/kafka
+MINIO_BIN   := $(LAKEHOUSE_CACHE)/bin/minio
+# Pinned MinIO source revision, built with `go install` (no binary downloads).
+MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+
+SPARK_POM_HASH := $(shell sha256sum deploy/jvm/spark/pom.xml | cut -c1-16)
+KAFKA_POM_HASH := $(shell sha256sum deploy/jvm/kafka/pom.xml 2>/dev/null | cut -c1-16)
+MINIO_HASH     := $(shell echo $(MINIO_MODULE) | sha256sum | cut -c1-16)
+
+.PHONY: help setup venv jars kafka-jars minio run test test-unit test-integration lint typecheck clean
+
+help:
+	@echo "make run    set up everything, start local Kafka + generator + the service (Ctrl-C stops all)"
+	@echo "make test   set up everything and run the whole test suite"
+	@echo "make lint | typecheck | test-unit | test-integration | clean"
+
+setup: venv jars kafka-jars minio
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $@
+
+jars: $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH)
+$(SPARK_JARS)/.stamp-$(SPARK_POM_HASH):
+	rm -rf $(SPARK_JARS) && mkdir -p $(SPARK_JARS)
+	cd deploy/jvm/spark && mvn -B -q -s ../settings.xml dependency:copy-dependencies \
+	  -DexcludeTransitive=true -DoutputDirectory=$(SPARK_JARS)
+	touch $@
+
+kafka-jars: $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH)
+$(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH):
+	rm -rf $(KAFKA_JARS) && mkdir -p $(KAFKA_JARS)
+	cd deploy/jvm/kafka && mvn -B -q -s ../settings.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(KAFKA_JARS)
+	touch $@
+
+minio: $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH)
+$(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH):
+	mkdir -p $(LAKEHOUSE_CACHE)/bin
+	GOBIN=$(LAKEHOUSE_CACHE)/bin GOFLAGS=-mod=mod go install $(MINIO_MODULE)
+	touch $@
+
+run: setup
+	$(PY) deploy/local/run_local.py
+
+test: setup
+	$(VENV)/bin/ruff check service tests deploy/local
+	$(VENV)/bin/ruff format --check service tests deploy/local
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest tests
+
+test-unit: setup
+	$(VENV)/bin/pytest tests/unit
+
+test-integration: setup
+	$(VENV)/bin/pytest tests/integration
+
+lint: venv
+	$(VENV)/bin/ruff check service tests deploy/local
+	$(VENV)/bin/ruff format --check service tests deploy/local
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache
