@@ -1,0 +1,395 @@
+"""Local Kafka (single-node KRaft) and MinIO server processes on loopback.
+
+Used by `make run` and the integration tests; also a CLI:
+
+    python deploy/local/devstack.py kafka --data-dir DIR [--port N] [--topics a,b --partitions 3]
+    python deploy/local/devstack.py minio --data-dir DIR [--port N] [--bucket NAME]
+
+Jars and the MinIO binary come from the cache filled by `make kafka-jars` / `make minio`
+($LAKEHOUSE_CACHE, default ~/.cache/lakehouse-ingest); nothing is downloaded here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+import boto3
+from botocore.config import Config
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # the typed stub; admin re-exports it implicitly
+
+KAFKA_LOG4J_CONFIG = Path(__file__).resolve().with_name("kafka-log4j2.yaml")
+
+
+def cache_dir() -> Path:
+    """Directory holding downloaded jars and binaries ($LAKEHOUSE_CACHE)."""
+    env = os.environ.get("LAKEHOUSE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lakehouse-ingest"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class _ServerProcess:
+    """A server subprocess in its own process group, logging to a file."""
+
+    name = "server"
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _prepare(self) -> list[str]:
+        """Check prerequisites, write config; return the command line."""
+        raise NotImplementedError
+
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Last lines of the process log."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(self, timeout: float = 60) -> None:
+        """Start and wait until ready; raise RuntimeError with the log tail on failure."""
+        if self.running:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self._prepare()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+        self._proc = proc
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with code {proc.returncode} during start-up "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
+            if self._ready():
+                return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"{self.name} not ready after {timeout:.0f}s (log {self.log_path}):\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, sig)
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop gracefully (SIGTERM), SIGKILL after `timeout` seconds."""
+        if self._proc is None:
+            return
+        self._signal(signal.SIGTERM)
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._proc = None
+
+    def kill(self) -> None:
+        """Kill at once (SIGKILL), as in a crash."""
+        if self._proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class KafkaBroker(_ServerProcess):
+    """Apache Kafka 4.x, single node in KRaft mode (broker + controller), on 127.0.0.1."""
+
+    name = "Kafka broker"
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, log_path: Path | None = None
+    ) -> None:
+        super().__init__(data_dir, log_path or data_dir / "kafka.log")
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90) -> None:
+        """Start (formatting storage on first use) and wait until clients can connect."""
+        super().start(timeout)
+
+    def _prepare(self) -> list[str]:
+        jars = cache_dir() / "jars" / "kafka"
+        if not any(jars.glob("kafka_2.13-*.jar")):
+            raise RuntimeError(f"Kafka jars not found in {jars}: run `make kafka-jars`")
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home, "bin", "java")) if java_home else "java"
+        jvm = [java, "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+        jvm += [f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG}", "-cp", f"{jars}/*"]
+        log_dir = self.data_dir / "kafka-logs"
+        props = self.data_dir / "server.properties"
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    # Static quorum: survives a restart with different ports.
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={log_dir}",
+                    "num.partitions=3",
+                    "default.replication.factor=1",
+                    "min.insync.replicas=1",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=5",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "transaction.state.log.num.partitions=5",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=false",
+                    # After a SIGKILL the restarted broker stays fenced until its old
+                    # session expires: keep that short (default 9 s).
+                    "broker.session.timeout.ms=3000",
+                    "broker.heartbeat.interval.ms=500",
+                    "",
+                ]
+            )
+        )
+        if not (log_dir / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+            fmt = subprocess.run(
+                [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if fmt.returncode != 0:
+                raise RuntimeError(f"kafka storage format failed:\n{fmt.stdout}{fmt.stderr}")
+        return [*jvm, "kafka.Kafka", str(props)]
+
+    def admin(self) -> AdminClient:
+        """An AdminClient for this broker."""
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers})
+
+    def _ready(self) -> bool:
+        if not _port_open(self.port):
+            return False
+        try:
+            return bool(self.admin().list_topics(timeout=5).brokers)
+        except KafkaException:
+            return False
+
+    def create_topics(self, names: Sequence[str], partitions: int) -> None:
+        """Create topics (existing ones are fine) and wait until all partitions have leaders."""
+        admin = self.admin()
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+        )
+        for future in futures.values():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        deadline = time.monotonic() + 30
+        while True:
+            topics = admin.list_topics(timeout=10).topics
+            if all(
+                name in topics
+                and topics[name].partitions
+                and all(p.leader >= 0 for p in topics[name].partitions.values())
+                for name in names
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topics {list(names)} not ready after 30s")
+            time.sleep(0.2)
+
+
+class MinioServer(_ServerProcess):
+    """MinIO (S3 API) on 127.0.0.1, single drive."""
+
+    name = "MinIO"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        access_key: str = "minioadmin",
+        secret_key: str = "minioadmin",  # noqa: S107 - MinIO's well-known local default
+        log_path: Path | None = None,
+    ) -> None:
+        super().__init__(data_dir, log_path or data_dir / "minio.log")
+        self.port = port or free_port()
+        self.console_port = free_port()
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+
+    def _prepare(self) -> list[str]:
+        binary = cache_dir() / "bin" / "minio"
+        if not binary.exists():
+            raise RuntimeError(f"MinIO binary not found at {binary}: run `make minio`")
+        return [
+            str(binary),
+            "server",
+            str(self.data_dir / "data"),
+            "--address",
+            f"127.0.0.1:{self.port}",
+            "--console-address",
+            f"127.0.0.1:{self.console_port}",
+        ]
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "MINIO_ROOT_USER": self.access_key,
+            "MINIO_ROOT_PASSWORD": self.secret_key,
+            "MINIO_UPDATE": "off",
+        }
+
+    def _ready(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", "/minio/health/ready")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client for this server (path-style, us-east-1)."""
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket; an existing one is fine."""
+        s3 = self.s3_client()
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one server in the foreground until SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="component", required=True)
+    kafka = sub.add_parser("kafka", help="single-node KRaft Kafka broker")
+    kafka.add_argument("--topics", default="", help="comma-separated topics to create")
+    kafka.add_argument("--partitions", type=int, default=3)
+    minio = sub.add_parser("minio", help="MinIO S3 server")
+    minio.add_argument("--bucket", help="bucket to create")
+    for p in (kafka, minio):
+        p.add_argument("--data-dir", type=Path, required=True)
+        p.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    server: KafkaBroker | MinioServer
+    if args.component == "kafka":
+        server = KafkaBroker(args.data_dir, args.port)
+    else:
+        server = MinioServer(args.data_dir, args.port)
+    try:
+        server.start()
+        if isinstance(server, KafkaBroker):
+            if topics := [t for t in args.topics.split(",") if t]:
+                server.create_topics(topics, args.partitions)
+            print(f"kafka ready: bootstrap.servers={server.bootstrap_servers}", flush=True)
+        else:
+            if args.bucket:
+                server.create_bucket(args.bucket)
+            print(f"minio ready: endpoint_url={server.endpoint_url}", flush=True)
+        while not stopping.wait(1):
+            if not server.running:
+                print(f"{server.name} died:\n{server.log_tail()}", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Command line: ``lakehouse-ingest run|generate`` (also ``python -m service``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from service.errors import (
+    CheckpointMismatchError,
+    ConfigError,
+    IngestError,
+    LeaseHeldError,
+)
+
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_REFUSED = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakehouse-ingest", description="Kafka → Delta Lake streaming ingest."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the streaming driver (all queries)")
+    run.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what is in Kafka now, then exit 0 (backfills, CronJob mode, tests)",
+    )
+    gen = commands.add_parser("generate", help="produce synthetic users and sensor readings")
+    gen.add_argument("--users", type=int, default=100, help="number of distinct users")
+    gen.add_argument("--readings", type=int, help="number of sensor readings (count mode)")
+    gen.add_argument("--rate", type=float, help="readings per second (rate mode)")
+    gen.add_argument(
+        "--duration", type=float, help="seconds to run in rate mode (default: forever)"
+    )
+    gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same records)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, run the command, map failures to exit codes."""
+    args = _parser().parse_args(argv)
+    from service.config import load_settings
+    from service.logs import configure_logging
+
+    log = structlog.get_logger("service")
+    try:
+        settings = load_settings()
+    except ConfigError as e:
+        print(f"lakehouse-ingest: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        if args.command == "run":
+            from service.app import run
+
+            return run(settings, available_now=args.available_now)
+        from service.generator import GeneratorOptions, generate
+
+        if (args.readings is None) == (args.rate is None):
+            print(
+                "lakehouse-ingest generate: give exactly one of --readings or --rate",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        options = GeneratorOptions(
+            users=args.users,
+            readings=args.readings,
+            rate=args.rate,
+            duration=args.duration,
+            seed=args.seed,
+        )
+        summary = generate(settings, options)
+        print(summary.to_json())
+        return 0
+    except ConfigError as e:
+        log.error("invalid_configuration", error=str(e))
+        return EXIT_CONFIG
+    except (CheckpointMismatchError, LeaseHeldError) as e:
+        log.error("refusing_to_start", error_class=type(e).__name__, error=str(e))
+        return EXIT_REFUSED
+    except IngestError as e:
+        log.error("failed", error_class=type(e).__name__, error=str(e))
+        return EXIT_FAILURE
+    except Exception:
+        log.exception("crashed")
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

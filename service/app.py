@@ -1,0 +1,156 @@
+"""The one composition root: settings → logging → Spark → lease → metrics/HTTP → queries → wait.
+
+Exit codes (see ``service.__main__``): 0 after a clean stop (SIGTERM/SIGINT, or
+``--available-now`` drained); non-zero, with one clear log line, otherwise.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+from prometheus_client import CollectorRegistry
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from service.config import Settings
+from service.errors import QueryFailedError
+from service.hadoop_fs import HadoopFiles
+from service.http import serve_http
+from service.lease import DriverLease
+from service.metrics import IngestMetrics, MetricsListener
+from service.pipeline import (
+    BatchWriter,
+    IngestQuery,
+    ingest_queries,
+    prepare_tables,
+    start_ingest_query,
+)
+from service.spark import build_spark
+
+log = structlog.get_logger(__name__)
+
+_POLL_SECONDS = 0.5
+# How long a graceful stop waits for the in-flight micro-batch to finish.
+_GRACEFUL_STOP_SECONDS = 120.0
+
+
+@dataclass
+class RunningQuery:
+    """A started query with the writer that tells whether a batch is in flight."""
+
+    spec: IngestQuery
+    handle: StreamingQuery
+    writer: BatchWriter
+
+
+def run(settings: Settings, available_now: bool = False) -> int:
+    """Run every query until drained (``available_now``), stopped by a signal, or failed."""
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("stop_requested", signal=signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    log.info("starting", settings=settings.redacted(), available_now=available_now)
+    spark = build_spark(settings)
+    registry = CollectorRegistry()
+    metrics = IngestMetrics(registry)
+    spark.streams.addListener(MetricsListener(metrics))
+
+    lease = DriverLease(
+        HadoopFiles(spark),
+        f"{settings.checkpoint_uri}/_driver_lease.json",
+        settings.lease_ttl_seconds,
+        settings.lease_renew_seconds,
+    )
+    lease.acquire()
+    lease.start_renewing()
+    running: list[RunningQuery] = []
+    server = serve_http(settings.http_port, registry, lambda: _readiness(running))
+    try:
+        for spec in ingest_queries(settings):
+            prepare_tables(spark, settings, spec)
+        table_uris = {
+            t: settings.table_uri(t) for q in ingest_queries(settings) for t in q.tables()
+        }
+        for spec in ingest_queries(settings):
+            writer = BatchWriter(spec, table_uris, metrics.rows_written_to)
+            handle = start_ingest_query(spark, settings, spec, writer, available_now)
+            running.append(RunningQuery(spec, handle, writer))
+        log.info(
+            "running",
+            queries=[r.spec.name for r in running],
+            storage_root=settings.storage_uri,
+            http_port=server.server_address[1],
+        )
+        _wait(running, stop_requested, lease, available_now)
+    except BaseException:
+        _stop_all(running, graceful=False)
+        raise
+    finally:
+        server.shutdown()
+        lease.release()
+        _shutdown_spark(spark)
+    log.info("stopped", reason="drained" if available_now else "signal")
+    return 0
+
+
+def _wait(
+    running: list[RunningQuery],
+    stop_requested: threading.Event,
+    lease: DriverLease,
+    available_now: bool,
+) -> None:
+    while True:
+        lease.check()
+        for query in running:
+            if not query.handle.isActive and (error := query.handle.exception()) is not None:
+                raise QueryFailedError(f"query {query.spec.name} failed: {error}")
+        if available_now and not any(q.handle.isActive for q in running):
+            return
+        if stop_requested.is_set():
+            _stop_all(running, graceful=True)
+            return
+        stop_requested.wait(_POLL_SECONDS)
+
+
+def _stop_all(running: list[RunningQuery], graceful: bool) -> None:
+    """Stop every query; when ``graceful``, first let an in-flight micro-batch finish."""
+    for query in running:
+        if not query.handle.isActive:
+            continue
+        if graceful:
+            deadline = time.monotonic() + _GRACEFUL_STOP_SECONDS
+            while time.monotonic() < deadline and _batch_in_progress(query):
+                time.sleep(0.2)
+        query.handle.stop()
+        log.info("query_stopped", query=query.spec.name, last_batch_id=query.writer.last_batch_id)
+
+
+def _batch_in_progress(query: RunningQuery) -> bool:
+    status = query.handle.status
+    return bool(query.writer.in_flight.is_set() or status.get("isTriggerActive"))
+
+
+def _readiness(running: list[RunningQuery]) -> tuple[bool, str]:
+    if not running:
+        return False, "starting"
+    down = [q.spec.name for q in running if not q.handle.isActive]
+    if down:
+        return False, f"queries not active: {', '.join(down)}"
+    return True, "ok"
+
+
+def _shutdown_spark(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception:
+        log.exception("spark_stop_failed")

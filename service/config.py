@@ -1,0 +1,183 @@
+"""Typed, frozen settings: the only module that reads the environment.
+
+Sources, highest priority first: environment variables (``INGEST_*`` and the
+standard ``AWS_*`` names), then an optional YAML file named by
+``INGEST_CONFIG_FILE`` whose keys are the field names below. Invalid input fails
+once, at start, with a `ConfigError` naming the offending variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from service.errors import ConfigError
+
+_ENV_PREFIX = "INGEST_"
+# Fields read from standard (unprefixed) variable names.
+_AWS_FIELDS = {
+    "aws_endpoint_url": "AWS_ENDPOINT_URL",
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_region": "AWS_REGION",
+}
+_BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+
+
+def default_cache_dir() -> Path:
+    """Return the machine-wide cache of downloaded artefacts (jars, binaries)."""
+    return Path(os.environ.get("LAKEHOUSE_CACHE", str(Path.home() / ".cache" / "lakehouse-ingest")))
+
+
+def env_name(field: str) -> str:
+    """Return the environment variable that sets ``field``."""
+    return _AWS_FIELDS.get(field, _ENV_PREFIX + field.upper())
+
+
+def _aws(field: str) -> Any:
+    return Field(default=None, validation_alias=AliasChoices(_AWS_FIELDS[field], field))
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; see the README's configuration table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=_ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        case_sensitive=False,
+    )
+
+    # Kafka
+    kafka_bootstrap_servers: str = "localhost:9092"
+    users_topic: str = Field(default="users", min_length=1)
+    sensors_topic: str = Field(default="sensors", min_length=1)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_ca_location: str | None = None
+    kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
+    kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
+
+    # Storage
+    storage_root: str = "./var/lakehouse"
+    checkpoint_root: str | None = None
+    aws_endpoint_url: str | None = _aws("aws_endpoint_url")
+    aws_access_key_id: str | None = _aws("aws_access_key_id")
+    aws_secret_access_key: SecretStr | None = _aws("aws_secret_access_key")
+    aws_region: str = Field(default="us-east-1", validation_alias=AliasChoices("AWS_REGION"))
+
+    # Spark
+    spark_master: str = "local[*]"
+    spark_driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
+    spark_shuffle_partitions: int = Field(default=4, gt=0)
+    spark_ui_enabled: bool = True
+    spark_ui_port: int = Field(default=4040, ge=1, le=65535)
+    jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))
+    trigger_interval_seconds: float = Field(default=10.0, ge=0)
+
+    # Operations
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    lease_ttl_seconds: float = Field(default=30.0, gt=0)
+    lease_renew_seconds: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        for server in self.kafka_bootstrap_servers.split(","):
+            if not _BOOTSTRAP_RE.match(server.strip()):
+                raise ValueError(f"kafka_bootstrap_servers: {server.strip()!r} is not host:port")
+        for field in ("storage_root", "checkpoint_root"):
+            value: str | None = getattr(self, field)
+            if value is not None and re.match(r"^(s3|s3n)://", value):
+                raise ValueError(f"{field}: use the s3a:// scheme, not {value.split(':')[0]}://")
+            if value is not None and "://" in value and not value.startswith(("s3a://", "file:")):
+                raise ValueError(f"{field}: unsupported scheme in {value!r} (use a path or s3a://)")
+        if self.kafka_security_protocol.startswith("SASL_"):
+            if self.kafka_sasl_mechanism is None:
+                raise ValueError("kafka_sasl_mechanism: required with SASL security protocols")
+            if not self.kafka_sasl_username or self.kafka_sasl_password is None:
+                raise ValueError(
+                    "kafka_sasl_username: username and password required with SASL protocols"
+                )
+        if self.lease_renew_seconds * 2 > self.lease_ttl_seconds:
+            raise ValueError("lease_renew_seconds: must be at most half of lease_ttl_seconds")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = os.environ.get("INGEST_CONFIG_FILE")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if yaml_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+    @property
+    def uses_s3(self) -> bool:
+        """Whether the lakehouse lives on an S3 endpoint."""
+        return self.storage_uri.startswith("s3a://") or self.checkpoint_uri.startswith("s3a://")
+
+    @property
+    def storage_uri(self) -> str:
+        """Storage root as a URI Spark and Hadoop accept (local paths made absolute)."""
+        return _as_uri(self.storage_root)
+
+    @property
+    def checkpoint_uri(self) -> str:
+        """Checkpoint root URI: ``checkpoint_root``, else ``<storage root>/_checkpoints``."""
+        if self.checkpoint_root:
+            return _as_uri(self.checkpoint_root)
+        return f"{self.storage_uri}/_checkpoints"
+
+    def table_uri(self, name: str) -> str:
+        """URI of the Delta table ``name`` (e.g. ``bronze/users``)."""
+        return f"{self.storage_uri}/{name}"
+
+    def redacted(self) -> dict[str, Any]:
+        """Settings as a dict fit for logging: secrets masked by pydantic's SecretStr."""
+        return {k: (str(v) if isinstance(v, SecretStr) else v) for k, v in self}
+
+
+def _as_uri(location: str) -> str:
+    if "://" in location or location.startswith("file:"):
+        return location.rstrip("/")
+    # Hadoop's qualified form of a local path (file:/abs), which Delta compares against.
+    return "file:" + str(Path(location).expanduser().resolve())
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate settings once; raise `ConfigError` naming the bad key."""
+    if (path := os.environ.get("INGEST_CONFIG_FILE")) and not Path(path).is_file():
+        raise ConfigError(f"INGEST_CONFIG_FILE: no such file {path!r}")
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        message = first["msg"].removeprefix("Value error, ")
+        if loc:
+            key = env_name(loc[0]) if loc[0] in Settings.model_fields else loc[0]
+            raise ConfigError(f"invalid configuration: {key}: {message}") from e
+        field, _, rest = message.partition(": ")
+        key = env_name(field) if field in Settings.model_fields else field
+        raise ConfigError(f"invalid configuration: {key}: {rest or message}") from e

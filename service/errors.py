@@ -1,0 +1,25 @@
+"""The package's exception root and its specific failures."""
+
+
+class IngestError(Exception):
+    """Base of every error this service raises on purpose."""
+
+
+class ConfigError(IngestError):
+    """Configuration is invalid; the message names the offending key."""
+
+
+class CheckpointMismatchError(IngestError):
+    """A checkpoint and the tables it protects disagree; continuing would lose or duplicate."""
+
+
+class LeaseHeldError(IngestError):
+    """Another live driver owns the storage root."""
+
+
+class LeaseLostError(IngestError):
+    """This driver's lease was taken over by another driver while running."""
+
+
+class QueryFailedError(IngestError):
+    """A streaming query terminated with an exception; the checkpoint makes a restart safe."""

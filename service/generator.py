@@ -1,0 +1,315 @@
+"""Synthetic users and sensor readings produced to Kafka, reproducible from a seed.
+
+Each user wears a watch (heart rate + accelerometer) and some own a thermometer;
+a few weather stations belong to nobody (``user_id`` null). Values are
+realistic for the sensor type and the wearer's current activity.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from service.config import Settings
+from service.errors import IngestError
+from service.sources.kafka import kafka_client_options
+
+log = structlog.get_logger(__name__)
+
+FIRST_NAMES = ("Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Radia", "Linus", "Margaret")
+LAST_NAMES = (
+    "Lovelace",
+    "Hopper",
+    "Turing",
+    "Dijkstra",
+    "Liskov",
+    "Thompson",
+    "Perlman",
+    "Hamilton",
+)
+COUNTRIES = (("Paris", "FR"), ("Berlin", "DE"), ("Lisbon", "PT"), ("Austin", "US"), ("Osaka", "JP"))
+ACTIVITIES = ("stand", "sit", "walk", "bike", "stairsup", "stairsdown")
+# Typical heart rate (bpm) and acceleration spread (m/s²) per activity.
+ACTIVITY_PROFILE = {
+    "stand": (72.0, 0.3),
+    "sit": (65.0, 0.2),
+    "walk": (100.0, 1.5),
+    "bike": (135.0, 2.5),
+    "stairsup": (125.0, 2.0),
+    "stairsdown": (105.0, 2.0),
+}
+MODELS = ("watch-a1", "watch-b2", "thermo-t9", "station-s3")
+STATIONS = 5
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    """What to produce: a count of readings, or a rate for a duration."""
+
+    users: int = 100
+    readings: int | None = None
+    rate: float | None = None
+    duration: float | None = None
+    seed: int = 0
+    partitions: int = 3
+
+
+@dataclass
+class GeneratorSummary:
+    """Counts of what was produced, per topic and category."""
+
+    produced: Counter[str] = field(default_factory=Counter)
+    by_category: Counter[str] = field(default_factory=Counter)
+    delivery_errors: int = 0
+
+    def to_json(self) -> str:
+        """One JSON line for the console and for tests."""
+        return json.dumps(
+            {
+                "produced": dict(self.produced),
+                "by_category": dict(self.by_category),
+                "delivery_errors": self.delivery_errors,
+            },
+            sort_keys=True,
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    """A sensor device and the user who owns it (None for stations)."""
+
+    device_id: str
+    user_id: int | None
+    sensor_types: tuple[str, ...]
+    model: str
+    city: str
+    country: str
+
+
+class RecordFactory:
+    """Makes user profiles and readings from one seeded random stream."""
+
+    def __init__(self, users: int, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self.users = users
+        self.devices: list[Device] = []
+        self._activity: dict[int, str] = {}
+        for user_id in range(1, users + 1):
+            city, country = self._rng.choice(COUNTRIES)
+            self.devices.append(
+                Device(
+                    f"watch-{user_id:06d}",
+                    user_id,
+                    ("heart_rate", "accelerometer"),
+                    self._rng.choice(MODELS[:2]),
+                    city,
+                    country,
+                )
+            )
+            if self._rng.random() < 0.5:
+                self.devices.append(
+                    Device(
+                        f"thermo-{user_id:06d}", user_id, ("temperature",), MODELS[2], city, country
+                    )
+                )
+        for station in range(1, STATIONS + 1):
+            city, country = COUNTRIES[station % len(COUNTRIES)]
+            self.devices.append(
+                Device(f"station-{station:03d}", None, ("temperature",), MODELS[3], city, country)
+            )
+
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def user(self, user_id: int, updated_at: datetime) -> dict[str, Any]:
+        """A full profile of ``user_id`` as of ``updated_at``."""
+        dob = date(1940, 1, 1) + timedelta(days=self._rng.randrange(0, 70 * 365))
+        country = self._rng.choice(COUNTRIES)[1]
+        return {
+            "user_id": user_id,
+            "first_name": self._rng.choice(FIRST_NAMES),
+            "last_name": self._rng.choice(LAST_NAMES),
+            "dob": dob.isoformat(),
+            "gender": self._rng.choice(("F", "M", "X")),
+            "country": country,
+            "updated_at": _iso(updated_at),
+        }
+
+    def reading(self, event_time: datetime) -> tuple[Device, dict[str, Any]]:
+        """One valid reading from a random device at ``event_time``."""
+        device = self._rng.choice(self.devices)
+        sensor_type = self._rng.choice(device.sensor_types)
+        record: dict[str, Any] = {
+            "event_id": self._uuid(),
+            "device_id": device.device_id,
+            "user_id": device.user_id,
+            "sensor_type": sensor_type,
+            "event_time": _iso(event_time),
+            "model": device.model,
+            "geolocation": {"city": device.city, "country": device.country},
+        }
+        activity = self._current_activity(device.user_id)
+        bpm_mean, spread = ACTIVITY_PROFILE[activity]
+        if sensor_type == "heart_rate":
+            record["value"] = round(min(220.0, max(35.0, self._rng.gauss(bpm_mean, 8))), 1)
+            record["unit"] = "bpm"
+        elif sensor_type == "temperature":
+            celsius = round(self._rng.gauss(36.8 if device.user_id else 18.0, 1.2), 2)
+            record["value"] = celsius
+            record["unit"] = "C"
+            record["danger_level"] = (
+                "HIGH" if celsius >= 39 else "MEDIUM" if celsius >= 38 else "LOW"
+            )
+        else:
+            x, y = self._rng.gauss(0, spread), self._rng.gauss(0, spread)
+            z = 9.81 + self._rng.gauss(0, spread)
+            record.update({"x": round(x, 4), "y": round(y, 4), "z": round(z, 4)})
+            record["activity"] = activity
+            record["unit"] = "m/s2"
+        return device, record
+
+    def _current_activity(self, user_id: int | None) -> str:
+        if user_id is None:
+            return "stand"
+        if user_id not in self._activity or self._rng.random() < 0.05:
+            self._activity[user_id] = self._rng.choice(ACTIVITIES)
+        return self._activity[user_id]
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> None:
+    """Create the missing ``topics`` (replication 1 on a single broker, else 3)."""
+    admin = AdminClient(dict(librdkafka_config(settings)))
+    existing = set(admin.list_topics(timeout=30).topics)
+    brokers = len(admin.list_topics(timeout=30).brokers)
+    missing = [t for t in topics if t not in existing]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [
+            NewTopic(t, num_partitions=partitions, replication_factor=min(3, brokers))
+            for t in missing
+        ]
+    )
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=30)
+            log.info("topic_created", topic=topic, partitions=partitions)
+        except Exception as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise IngestError(f"cannot create topic {topic}: {e}") from e
+
+
+def librdkafka_config(settings: Settings) -> dict[str, str | int | float | bool]:
+    """confluent-kafka (librdkafka) configuration from the shared Kafka client options."""
+    config: dict[str, str | int | float | bool] = dict(kafka_client_options(settings))
+    if ca := config.pop("ssl.truststore.location", None):
+        config["ssl.ca.location"] = ca
+    config.pop("ssl.truststore.type", None)
+    if "sasl.jaas.config" in config:
+        del config["sasl.jaas.config"]
+        config["sasl.username"] = settings.kafka_sasl_username or ""
+        config["sasl.password"] = (
+            settings.kafka_sasl_password.get_secret_value() if settings.kafka_sasl_password else ""
+        )
+    return config
+
+
+def _schedule(options: GeneratorOptions, stop: list[bool]) -> Iterator[datetime]:
+    """Event times of the readings to produce, paced in rate mode."""
+    if options.readings is not None:
+        start = datetime.now(UTC)
+        for i in range(options.readings):
+            yield start + timedelta(milliseconds=i)
+        return
+    assert options.rate is not None
+    began = time.monotonic()
+    sent = 0
+    while not stop[0]:
+        elapsed = time.monotonic() - began
+        if options.duration is not None and elapsed >= options.duration:
+            return
+        due = math.floor(elapsed * options.rate) + 1
+        if sent >= due:
+            time.sleep(min(0.05, 1.0 / options.rate))
+            continue
+        sent += 1
+        yield datetime.now(UTC)
+
+
+def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
+    """Produce every user's profile, then readings; return what was delivered."""
+    topics = [settings.users_topic, settings.sensors_topic]
+    ensure_topics(settings, topics, options.partitions)
+    summary = GeneratorSummary()
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            summary.delivery_errors += 1
+            log.error("delivery_failed", topic=msg.topic(), error=str(err))
+        else:
+            summary.produced[str(msg.topic())] += 1
+
+    producer = Producer(
+        {
+            **librdkafka_config(settings),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "compression.type": "lz4",
+        }
+    )
+    stop = [False]
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop[0] = True
+
+    previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
+    factory = RecordFactory(options.users, options.seed)
+
+    def send(topic: str, key: str, value: dict[str, Any] | None, category: str) -> None:
+        payload = None if value is None else json.dumps(value).encode()
+        while True:
+            try:
+                producer.produce(topic, key=key.encode(), value=payload, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.5)
+        producer.poll(0)
+        summary.by_category[category] += 1
+
+    try:
+        now = datetime.now(UTC)
+        for user_id in range(1, options.users + 1):
+            send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.profile")
+        for event_time in _schedule(options, stop):
+            device, reading = factory.reading(event_time)
+            send(settings.sensors_topic, device.device_id, reading, "sensors.valid")
+    finally:
+        remaining = producer.flush(60)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    if remaining or summary.delivery_errors:
+        raise IngestError(
+            f"{summary.delivery_errors} records failed delivery and {remaining} were still queued"
+        )
+    log.info("generated", **{k: v for k, v in summary.by_category.items()})
+    return summary

@@ -1,0 +1,57 @@
+"""Small file operations on any Hadoop URI (file://, s3a://) through Spark's JVM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+class HadoopFiles:
+    """Read, write and list small files with the same FileSystem Spark itself uses."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm: Any = spark.sparkContext._jvm
+        self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _path(self, uri: str) -> tuple[Any, Any]:
+        path = self._jvm.org.apache.hadoop.fs.Path(uri)
+        return path.getFileSystem(self._conf), path
+
+    def exists(self, uri: str) -> bool:
+        """Whether ``uri`` exists."""
+        fs, path = self._path(uri)
+        return bool(fs.exists(path))
+
+    def list_names(self, uri: str) -> list[str]:
+        """Names of the entries directly under ``uri`` (empty if it does not exist)."""
+        fs, path = self._path(uri)
+        if not fs.exists(path):
+            return []
+        return [status.getPath().getName() for status in fs.listStatus(path)]
+
+    def read_text(self, uri: str) -> str | None:
+        """The UTF-8 content of ``uri``, or None if it does not exist."""
+        fs, path = self._path(uri)
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
+    def write_text(self, uri: str, text: str) -> None:
+        """Write ``text`` to ``uri``, replacing it."""
+        fs, path = self._path(uri)
+        stream = fs.create(path, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def delete(self, uri: str) -> None:
+        """Delete ``uri`` (a file) if it exists."""
+        fs, path = self._path(uri)
+        fs.delete(path, False)

@@ -1,0 +1,1 @@
+"""Writing Delta tables idempotently."""

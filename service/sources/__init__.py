@@ -1,0 +1,1 @@
+"""Reading from Kafka."""

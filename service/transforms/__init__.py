@@ -1,0 +1,1 @@
+"""Pure DataFrame → DataFrame functions: no reads, writes, actions or logging."""
