@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 
@@ -30,17 +32,28 @@ class HadoopFiles:
             return []
         return [status.getPath().getName() for status in fs.listStatus(path)]
 
-    def read_text(self, uri: str) -> str | None:
-        """The UTF-8 content of ``uri``, or None if it does not exist."""
+    def read_text(self, uri: str, attempts: int = 5) -> str | None:
+        """The UTF-8 content of ``uri``, or None if it does not exist.
+
+        A file replaced while it is read (s3a reports the change) is read again.
+        """
         fs, path = self._path(uri)
-        if not fs.exists(path):
-            return None
-        stream = fs.open(path)
-        try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-        finally:
-            stream.close()
-        return bytes(data).decode("utf-8")
+        attempt = 1
+        while True:
+            if not fs.exists(path):
+                return None
+            try:
+                stream = fs.open(path)
+                try:
+                    data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+                finally:
+                    stream.close()
+                return bytes(data).decode("utf-8")
+            except Py4JJavaError:
+                if attempt >= attempts:
+                    raise
+            time.sleep(0.2 * attempt)
+            attempt += 1
 
     def write_text(self, uri: str, text: str) -> None:
         """Write ``text`` to ``uri``, replacing it."""

@@ -1,0 +1,177 @@
+"""Bronze user records → validated profile changes, reduced to the newest change per user.
+
+Rules are DESIGN.md §2 (users) with the edge cases decided in
+`service.transforms.validation`. User-specific decisions: a record with a key
+and a null value is a tombstone, valid when the key is a user id (decimal
+integer ≥ 1 within 64 bits, leading zeros allowed; otherwise ``type_mismatch`` or ``out_of_range`` on
+``key``); a null value without a key is ``empty_payload``; the key of an upsert
+is not compared with its ``user_id``; names longer than 200 characters are
+``out_of_range``; ``country`` is two uppercase ASCII letters (``invalid_value``
+otherwise); ``dob`` must lie in 1900-01-01..``today``. Each change has a change
+time, ``updated_at`` for upserts and the Kafka timestamp for tombstones; the
+newest wins, ties broken by the higher (partition, offset).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from service.schemas import USER_PAYLOAD
+from service.transforms.validation import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    JsonField,
+    Violation,
+    payload_violations,
+    rescued_fields,
+    shown,
+    stage_fields,
+    with_error,
+    with_parsed_payload,
+)
+
+GENDERS = ("F", "M", "X")
+MAX_NAME_CHARS = 200
+EARLIEST_DOB = datetime.date(1900, 1, 1)
+# Columns of a change, as `latest_user_changes` returns them.
+USER_CHANGE_COLUMNS = (
+    "user_id",
+    "is_tombstone",
+    "first_name",
+    "last_name",
+    "dob",
+    "gender",
+    "country",
+    "updated_at",
+    "change_time",
+    "_rescued",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "ingested_at",
+)
+
+_USER_ID = JsonField("user_id")
+_FIRST_NAME = JsonField("first_name")
+_LAST_NAME = JsonField("last_name")
+_DOB = JsonField("dob")
+_GENDER = JsonField("gender")
+_COUNTRY = JsonField("country")
+_UPDATED_AT = JsonField("updated_at")
+_FIELDS = (_USER_ID, _FIRST_NAME, _LAST_NAME, _DOB, _GENDER, _COUNTRY, _UPDATED_AT)
+_INTEGER_KEY = r"^-?[0-9]+$"
+
+
+def _is_tombstone() -> Column:
+    return F.col("key").isNotNull() & F.col("value").isNull()
+
+
+def _tombstone_violations() -> list[Violation]:
+    key = F.col("key")
+    tombstone = _is_tombstone()
+    user_id = key.try_cast("bigint")
+    return [
+        Violation(
+            "type_mismatch",
+            tombstone & ~key.rlike(_INTEGER_KEY),
+            F.concat(F.lit("key: tombstone key is not a user id: "), shown(key)),
+        ),
+        Violation(
+            "out_of_range",
+            tombstone & key.rlike(_INTEGER_KEY) & (user_id.isNull() | (user_id < 1)),
+            F.concat(F.lit("key: tombstone user id "), shown(key), F.lit(" is not in 1..2^63-1")),
+        ),
+    ]
+
+
+def _name_violations(field: JsonField) -> list[Violation]:
+    length = F.char_length(field.as_string())
+    return [
+        *field.string(),
+        Violation(
+            "out_of_range",
+            length > MAX_NAME_CHARS,
+            F.concat(
+                F.lit(f"{field.name}: "),
+                length.cast("string"),
+                F.lit(f" characters exceeds {MAX_NAME_CHARS}"),
+            ),
+        ),
+    ]
+
+
+def _field_violations(today: Column) -> list[Violation]:
+    upsert = ~_is_tombstone()
+    country = _COUNTRY.as_string()
+    rules = [
+        *_USER_ID.required(),
+        *_USER_ID.integer(minimum=1),
+        *_name_violations(_FIRST_NAME),
+        *_name_violations(_LAST_NAME),
+        *_DOB.date(F.lit(EARLIEST_DOB), today),
+        *_GENDER.string(one_of=GENDERS),
+        *_COUNTRY.string(),
+        Violation(
+            "invalid_value",
+            ~country.rlike("^[A-Z]{2}$"),
+            F.concat(F.lit("country: "), shown(country), F.lit(" is not 2 uppercase letters")),
+        ),
+        *_UPDATED_AT.required(),
+        *_UPDATED_AT.timestamp(),
+    ]
+    # A tombstone has no payload: only its key is checked.
+    return [Violation(r.code, upsert & r.broken, r.detail) for r in rules]
+
+
+def parse_user_changes(
+    bronze: DataFrame,
+    today: Column | None = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> DataFrame:
+    """Validate bronze user rows: add ``error_code``/``error_detail`` and typed fields.
+
+    Every input row comes out once, with the bronze columns, the error (null when
+    valid) and ``change``: a struct of ``is_tombstone``, ``user_id``, the typed
+    profile, ``change_time`` and ``_rescued``, complete on valid rows.
+    ``today`` (a date column, default ``current_date()``) bounds ``dob``.
+    """
+    latest_dob = today if today is not None else F.current_date()
+    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS)
+    checked = with_error(
+        staged,
+        [
+            *payload_violations(max_payload_bytes, null_allowed=F.col("key").isNotNull()),
+            *_tombstone_violations(),
+            *_field_violations(latest_dob),
+        ],
+    )
+    tombstone = _is_tombstone()
+    updated_at = _UPDATED_AT.as_timestamp()
+    change = F.struct(
+        tombstone.alias("is_tombstone"),
+        F.when(tombstone, F.col("key").try_cast("bigint"))
+        .otherwise(_USER_ID.as_long())
+        .alias("user_id"),
+        _FIRST_NAME.as_string().alias("first_name"),
+        _LAST_NAME.as_string().alias("last_name"),
+        _DOB.as_date().alias("dob"),
+        _GENDER.as_string().alias("gender"),
+        _COUNTRY.as_string().alias("country"),
+        updated_at.alias("updated_at"),
+        F.when(tombstone, F.col("kafka_timestamp")).otherwise(updated_at).alias("change_time"),
+        rescued_fields(F.col("_json"), USER_PAYLOAD.fieldNames()).alias("_rescued"),
+    )
+    return checked.select(*bronze.columns, "error_code", "error_detail", change.alias("change"))
+
+def latest_user_changes(valid_changes: DataFrame) -> DataFrame:
+    """Reduce valid changes to the newest per ``user_id`` (change time, then partition, offset)."""
+    lineage = [c for c in USER_CHANGE_COLUMNS if c.startswith("kafka_")]
+    flat = valid_changes.select("change.*", *lineage, "ingested_at")
+    newest = F.max_by(
+        F.struct(*USER_CHANGE_COLUMNS),
+        F.struct("change_time", "kafka_partition", "kafka_offset"),
+    )
+    return flat.groupBy("user_id").agg(newest.alias("newest")).select("newest.*")

@@ -1,0 +1,408 @@
+"""Checking Kafka JSON payloads against a field contract with built-in Column expressions.
+
+A payload is parsed once to a VARIANT; every field's JSON type is read from it
+exactly (``schema_of_variant``), so quoted numbers, booleans and ``"NaN"`` are
+``type_mismatch`` and integers are told apart from other numbers. Each rule is a
+`Violation`; `first_violation` picks the winner by the ``error_code`` precedence
+(DESIGN.md §3), then by field order. Decisions on edge cases, each checked on
+Spark 4.0: a value that is null or only JSON whitespace is ``empty_payload``;
+the size limit counts bytes (``octet_length``) before any parsing; invalid UTF-8,
+bare ``NaN``/``Infinity`` tokens, duplicate keys (ambiguous), leading zeros,
+trailing content after the document and nesting deeper than ~1000 levels are
+``malformed_json``; one leading byte-order mark is ignored (RFC 8259 §8.1);
+integers are JSON integers without fraction or exponent (``1.0`` is a
+``type_mismatch``), and an integral value beyond 64 bits is ``out_of_range``;
+numbers beyond double range (``1e400``) parse as infinity and fail range or
+finiteness rules. Timestamps are ISO-8601 strings (``T`` or space, optional
+fraction truncated to microseconds, ``Z``/``±hh``/``±hhmm``/``±hh:mm``, no zone =
+UTC) or integer epoch milliseconds within years 1-9999; anything else is a
+``type_mismatch``. Empty strings are ``invalid_value`` only where the contract
+says non-empty or enumerates values. Unknown top-level fields go to
+``_rescued`` as a JSON object with keys sorted and values re-serialised with
+their JSON types (``1.50`` becomes ``1.5``); unknown fields nested in known
+objects are not rescued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from service.schemas import QUARANTINE
+
+ERROR_CODES = (
+    "empty_payload",
+    "payload_too_large",
+    "malformed_json",
+    "not_an_object",
+    "missing_field",
+    "type_mismatch",
+    "invalid_value",
+    "out_of_range",
+    "event_time_in_future",
+)
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+_BLANK = r"^[ \t\r\n]*$"
+_ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}(:?\d{2})?)?$"
+_ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)$"
+_ISO_DATE = r"^\d{4}-\d{2}-\d{2}$"
+# Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z.
+_MIN_EPOCH_MILLIS = -62_135_596_800_000
+_MAX_EPOCH_MILLIS = 253_402_300_799_999
+# 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
+_LONG_LIMIT = 9.223372036854775807e18
+_SHOWN_CHARS = 64
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule a record breaks where ``broken`` is true; ``detail`` says which and why."""
+
+    code: str
+    broken: Column
+    detail: Column
+
+
+def first_violation(violations: Iterable[Violation]) -> Column:
+    """Return ``struct(error_code, error_detail)`` of the winning violation, null if none.
+
+    Violations must be listed in field order; the stable sort keeps it within a code.
+    """
+    ranked = sorted(violations, key=lambda v: ERROR_CODES.index(v.code))
+    return F.coalesce(
+        *[
+            F.when(
+                v.broken,
+                F.struct(F.lit(v.code).alias("error_code"), v.detail.alias("error_detail")),
+            )
+            for v in ranked
+        ]
+    )
+
+
+def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame:
+    """Add ``_json``: ``value`` as a VARIANT when it is one well-formed JSON document.
+
+    Spark's JSON parsers stop after the first document and ignore what follows, so
+    the value is parsed as ``[value, digest]`` with its own xxhash64 digest: the
+    digest comes back as the second and last element only if the value was
+    exactly one document (a value cannot contain its own digest by accident).
+    Oversized and non-UTF-8 values are never parsed.
+    """
+    value = F.col("value")
+    parseable = (
+        value.isNotNull()
+        & ~value.rlike(_BLANK)
+        & (F.octet_length(value) <= max_payload_bytes)
+        & F.is_valid_utf8(value)
+    )
+    text = F.regexp_replace(value, "^\ufeff", "")
+    # Separate projections keep each expensive expression evaluated once per row.
+    staged = records.withColumn("_text", F.when(parseable, text)).withColumn(
+        "_digest", F.xxhash64("_text")
+    )
+    wrapped = F.concat(F.lit("["), F.col("_text"), F.lit(","), F.col("_digest"), F.lit("]"))
+    parsed = staged.withColumn("_document", F.try_parse_json(wrapped))
+    single = F.variant_get("_document", "$[2]", "variant").isNull() & (
+        F.try_variant_get("_document", "$[1]", "bigint") == F.col("_digest")
+    )
+    return parsed.withColumn(
+        "_json", F.when(single, F.variant_get("_document", "$[0]", "variant"))
+    ).drop("_text", "_digest", "_document")
+
+
+def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Violation]:
+    """Rules on the whole value of a row made by `with_parsed_payload`.
+
+    ``null_allowed`` is true where a null value is legitimate (a tombstone).
+    """
+    value = F.col("value")
+    json = F.col("_json")
+    size = F.octet_length(value)
+    return [
+        Violation(
+            "empty_payload",
+            (value.isNull() & ~null_allowed) | value.rlike(_BLANK),
+            F.lit("value: empty"),
+        ),
+        Violation(
+            "payload_too_large",
+            size > max_payload_bytes,
+            F.concat(
+                F.lit("value: "),
+                size.cast("string"),
+                F.lit(f" bytes exceeds the limit of {max_payload_bytes}"),
+            ),
+        ),
+        Violation(
+            "malformed_json",
+            value.isNotNull() & json.isNull() & ~F.is_valid_utf8(value),
+            F.lit("value: not valid UTF-8"),
+        ),
+        Violation(
+            "malformed_json",
+            value.isNotNull() & json.isNull(),
+            F.lit("value: not a single well-formed JSON document"),
+        ),
+        Violation(
+            "not_an_object",
+            json.isNotNull() & json_object(json).isNull(),
+            F.concat(F.lit("value: expected a JSON object, got "), json_type(json)),
+        ),
+    ]
+
+
+def json_object(json: Column) -> Column:
+    """The VARIANT as a map of its top-level fields; null unless it is an object."""
+    return F.try_variant_get(json, "$", "map<string,variant>")
+
+
+def json_type(field: Column) -> Column:
+    """JSON type name of a VARIANT (``integer`` apart from ``number``); null when absent."""
+    schema = F.schema_of_variant(field)
+    return (
+        F.when(field.isNull(), F.lit(None).cast("string"))
+        .when(F.is_variant_null(field), "null")
+        .when(schema.isin("BIGINT", "INT", "SMALLINT", "TINYINT"), "integer")
+        .when(schema.startswith("DECIMAL") | schema.isin("DOUBLE", "FLOAT"), "number")
+        .when(schema == "STRING", "string")
+        .when(schema == "BOOLEAN", "boolean")
+        .when(schema.startswith("ARRAY"), "array")
+        .when(schema.startswith("OBJECT"), "object")
+        .otherwise(F.lower(schema))
+    )
+
+
+def rescued_fields(json: Column, known: Sequence[str]) -> Column:
+    """Unknown top-level fields as a JSON object string, null when there are none."""
+    unknown = F.map_filter(json_object(json), lambda k, _: ~k.isin(*known))
+    return F.when(F.size(unknown) > 0, F.to_json(unknown))
+
+
+def shown(text: Column) -> Column:
+    """A string value quoted and truncated for an error detail."""
+    return F.concat(F.lit("'"), F.substring(text, 1, _SHOWN_CHARS), F.lit("'"))
+
+
+@dataclass(frozen=True)
+class JsonField:
+    """A field of the parsed payload, staged as a VARIANT column and a JSON type column."""
+
+    name: str
+
+    @property
+    def _suffix(self) -> str:
+        return self.name.replace(".", "__")
+
+    @property
+    def raw(self) -> Column:
+        """The field's VARIANT value (null when absent)."""
+        return F.col(f"_raw_{self._suffix}")
+
+    @property
+    def kind(self) -> Column:
+        """The field's JSON type name (null when absent, ``null`` when JSON null)."""
+        return F.col(f"_type_{self._suffix}")
+
+    @property
+    def present(self) -> Column:
+        """Whether the field has a non-null value."""
+        return self.kind.isNotNull() & (self.kind != "null")
+
+    def staged_raw(self) -> Column:
+        """The expression of the raw column, read from ``_json``."""
+        return F.variant_get("_json", f"$.{self.name}", "variant").alias(f"_raw_{self._suffix}")
+
+    def staged_kind(self) -> Column:
+        """The expression of the type column, read from the raw column."""
+        return json_type(self.raw).alias(f"_type_{self._suffix}")
+
+    def as_string(self) -> Column:
+        """The value when it is a JSON string."""
+        return F.when(self.kind == "string", F.try_variant_get(self.raw, "$", "string"))
+
+    def as_double(self) -> Column:
+        """The value when it is a JSON number."""
+        return F.when(
+            self.kind.isin("integer", "number"), F.try_variant_get(self.raw, "$", "double")
+        )
+
+    def as_long(self) -> Column:
+        """The value when it is a JSON integer within 64 bits."""
+        return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
+
+    def as_timestamp(self) -> Column:
+        """The value when it is an ISO-8601 string or integer epoch milliseconds."""
+        text = self.as_string()
+        utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
+        iso = F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
+        millis = self.as_long()
+        epoch = F.timestamp_millis(
+            F.when(millis.between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS), millis)
+        )
+        return F.coalesce(iso, epoch)
+
+    def as_date(self) -> Column:
+        """The value when it is a ``YYYY-MM-DD`` string naming a real day."""
+        text = self.as_string()
+        return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
+
+    def _detail(self, *parts: Column | str) -> Column:
+        return F.concat(
+            F.lit(f"{self.name}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts]
+        )
+
+    def required(self, when: Column | None = None, why: str = "") -> list[Violation]:
+        """Absent or JSON null is a ``missing_field`` (only where ``when`` holds)."""
+        missing = ~self.present if when is None else when & ~self.present
+        return [Violation("missing_field", missing, self._detail("required" + why))]
+
+    def typed(self, expected: str, *kinds: str) -> list[Violation]:
+        """A present value of another JSON type than ``kinds`` is a ``type_mismatch``."""
+        return [
+            Violation(
+                "type_mismatch",
+                self.present & ~self.kind.isin(*kinds),
+                self._detail(f"expected {expected}, got ", self.kind),
+            )
+        ]
+
+    def string(self, non_empty: bool = False, one_of: Sequence[str] = ()) -> list[Violation]:
+        """Rules of a string field, optionally non-empty or from an enumeration."""
+        rules = self.typed("a JSON string", "string")
+        text = self.as_string()
+        if non_empty:
+            rules.append(Violation("invalid_value", text == "", self._detail("empty string")))
+        if one_of:
+            rules.append(
+                Violation(
+                    "invalid_value",
+                    ~text.isin(*one_of),
+                    self._detail(shown(text), f" is not one of {', '.join(one_of)}"),
+                )
+            )
+        return rules
+
+    def integer(self, minimum: int) -> list[Violation]:
+        """Rules of a 64-bit integer field of at least ``minimum``."""
+        beyond_64_bits = F.abs(F.try_variant_get(self.raw, "$", "double")) >= _LONG_LIMIT
+        return [
+            Violation(
+                "type_mismatch",
+                self.present
+                & ~(self.kind == "integer")
+                & ~((self.kind == "number") & beyond_64_bits),
+                self._detail("expected a JSON integer, got ", self.kind),
+            ),
+            Violation(
+                "out_of_range",
+                (self.kind == "number") & beyond_64_bits,
+                self._detail("integer beyond 64 bits"),
+            ),
+            Violation(
+                "out_of_range",
+                self.as_long() < minimum,
+                self._detail(self.as_long().cast("string"), f" is below {minimum}"),
+            ),
+        ]
+
+    def number(self) -> list[Violation]:
+        """Rules of a finite number field."""
+        return [
+            *self.typed("a JSON number", "integer", "number"),
+            Violation(
+                "out_of_range",
+                F.abs(self.as_double()) == float("inf"),
+                self._detail("not a finite number"),
+            ),
+        ]
+
+    def between(self, low: float, high: float, when: Column, why: str) -> list[Violation]:
+        """A number outside [low, high] where ``when`` holds is ``out_of_range``."""
+        number = self.as_double()
+        return [
+            Violation(
+                "out_of_range",
+                when & ~number.between(low, high),
+                self._detail(number.cast("string"), f" is outside {low:g}..{high:g}" + why),
+            )
+        ]
+
+    def timestamp(self) -> list[Violation]:
+        """Rules of a timestamp field: ISO-8601 string or integer epoch milliseconds."""
+        millis = self.as_long()
+        return [
+            Violation(
+                "type_mismatch",
+                self.present & ~self.kind.isin("string", "integer"),
+                self._detail(
+                    "expected an ISO-8601 string or integer epoch milliseconds, got ", self.kind
+                ),
+            ),
+            Violation(
+                "type_mismatch",
+                (self.kind == "string") & self.as_timestamp().isNull(),
+                self._detail("not an ISO-8601 timestamp: ", shown(self.as_string())),
+            ),
+            Violation(
+                "out_of_range",
+                (self.kind == "integer") & ~millis.between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS),
+                self._detail("epoch milliseconds outside years 1-9999"),
+            ),
+        ]
+
+    def date(self, low: Column, high: Column) -> list[Violation]:
+        """Rules of a ``YYYY-MM-DD`` date field within [low, high]."""
+        day = self.as_date()
+        return [
+            *self.typed("a YYYY-MM-DD string", "string"),
+            Violation(
+                "type_mismatch",
+                (self.kind == "string") & day.isNull(),
+                self._detail("not a YYYY-MM-DD date: ", shown(self.as_string())),
+            ),
+            Violation(
+                "out_of_range",
+                ~day.between(low, high),
+                self._detail(day.cast("string"), " is outside 1900-01-01..today"),
+            ),
+        ]
+
+    def object(self) -> list[Violation]:
+        """A present value other than a JSON object is a ``type_mismatch``."""
+        return self.typed("a JSON object", "object")
+
+
+def stage_fields(records: DataFrame, fields: Sequence[JsonField]) -> DataFrame:
+    """Add the raw and type columns of ``fields`` to rows made by `with_parsed_payload`."""
+    raws = records.select("*", *[f.staged_raw() for f in fields])
+    return raws.select("*", *[f.staged_kind() for f in fields])
+
+
+def with_error(records: DataFrame, violations: Iterable[Violation]) -> DataFrame:
+    """Add ``error_code`` and ``error_detail`` (null on valid rows)."""
+    return (
+        records.withColumn("_error", first_violation(violations))
+        .withColumn("error_code", F.col("_error.error_code"))
+        .withColumn("error_detail", F.col("_error.error_detail"))
+        .drop("_error")
+    )
+
+
+def split_valid_invalid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Split rows with an ``error_code`` from rows without one: (valid, invalid)."""
+    return parsed.where(F.col("error_code").isNull()), parsed.where(
+        F.col("error_code").isNotNull()
+    )
+
+
+def to_quarantine(invalid: DataFrame, quarantined_at: Column | None = None) -> DataFrame:
+    """Rejected rows in the quarantine schema, stamped ``quarantined_at`` (default: now)."""
+    stamp = quarantined_at if quarantined_at is not None else F.current_timestamp()
+    return invalid.withColumn("quarantined_at", stamp).select(
+        [F.col(f.name).cast(f.dataType).alias(f.name) for f in QUARANTINE.fields]
+    )

@@ -1,0 +1,182 @@
+"""Run the real service as a child process and inspect what it wrote, for integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+REPO = Path(__file__).resolve().parents[2]
+Coordinates = set[tuple[str, int, int]]
+
+
+@dataclass
+class ServiceProcess:
+    """``python -m service ARGS`` in its own process group, logging to a file."""
+
+    env: Mapping[str, str]
+    log_path: Path
+    args: tuple[str, ...] = ("run",)
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> ServiceProcess:
+        """Launch the service."""
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", *self.args],
+            cwd=REPO,
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The Python driver's pid."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait(self, timeout: float) -> int:
+        """Wait for exit and return the exit code."""
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def alive(self) -> bool:
+        """Whether the driver process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """Crash the driver: SIGKILL its whole process group (Python and the Spark JVM)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self) -> None:
+        """Send SIGTERM to the driver process only, as Kubernetes (through tini) does."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    def cleanup(self) -> None:
+        """Kill anything left of the process group."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def log_text(self) -> str:
+        """Everything the service printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, needle: str, timeout: float) -> None:
+        """Block until ``needle`` appears in the log; fail if the process dies first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log_text():
+                return
+            if not self.alive():
+                raise AssertionError(
+                    f"service exited before {needle!r}:\n{self.log_text()[-4000:]}"
+                )
+            time.sleep(0.5)
+        raise AssertionError(f"{needle!r} not logged within {timeout}s:\n{self.log_text()[-4000:]}")
+
+
+def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
+    """Every (topic, partition, offset) currently in ``topic``, read back from the broker."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"harness-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            for p in partitions
+        }
+        pending = {p for p in partitions if ends[p][1] > ends[p][0]}
+        consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
+        seen: Coordinates = set()
+        while pending:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise AssertionError(f"timed out reading {topic}; still pending {pending}")
+            error, partition, offset = msg.error(), msg.partition(), msg.offset()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(partition)
+                    continue
+                raise AssertionError(str(error))
+            assert partition is not None and offset is not None
+            seen.add((topic, partition, offset))
+            if offset + 1 >= ends[partition][1]:
+                pending.discard(partition)
+        return seen
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class Lake:
+    """One test's topics, storage root and the environment that points the service at them."""
+
+    users_topic: str
+    sensors_topic: str
+    storage_root: str
+    bootstrap_servers: str
+    s3_env: Mapping[str, str]
+    work_dir: Path
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        """Service environment for this lake (small batches, fast triggers, no UI)."""
+        return {
+            **self.s3_env,
+            "INGEST_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "INGEST_USERS_TOPIC": self.users_topic,
+            "INGEST_SENSORS_TOPIC": self.sensors_topic,
+            "INGEST_STORAGE_ROOT": self.storage_root,
+            "INGEST_HTTP_PORT": "0",
+            "INGEST_SPARK_UI_ENABLED": "false",
+            "INGEST_SPARK_MASTER": "local[2]",
+            "INGEST_SPARK_DRIVER_MEMORY": "1g",
+            "INGEST_TRIGGER_INTERVAL_SECONDS": "1",
+            "INGEST_LEASE_TTL_SECONDS": "8",
+            "INGEST_LEASE_RENEW_SECONDS": "2",
+            **overrides,
+        }
+
+    def service(self, name: str, *args: str, **env: str) -> ServiceProcess:
+        """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""
+        return ServiceProcess(self.env(**env), self.work_dir / f"{name}.log", args or ("run",))
+
+    def generate(self, *args: str) -> str:
+        """Run the generator to completion and return its summary line."""
+        result = subprocess.run(
+            [sys.executable, "-m", "service", "generate", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr + result.stdout
+        return result.stdout.strip().splitlines()[-1]
+
+    def table(self, name: str) -> str:
+        """URI of table ``name`` in this lake."""
+        return f"{self.storage_root}/{name}"

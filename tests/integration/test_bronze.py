@@ -1,0 +1,157 @@
+"""Bronze ingest against real Kafka and a real S3 server: exactly-once through crashes."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from devstack import MinioServer
+from pyspark.sql import SparkSession
+
+from service.schemas import BRONZE
+from tests.integration.harness import Coordinates, Lake, topic_coordinates
+
+pytestmark = pytest.mark.integration
+
+EXIT_REFUSED = 3
+
+
+def bronze_coordinates(spark: SparkSession, lake: Lake, table: str) -> tuple[Coordinates, int]:
+    """The (topic, partition, offset) set of a bronze table and its row count."""
+    rows = (
+        spark.read.format("delta")
+        .load(lake.table(table))
+        .select("kafka_topic", "kafka_partition", "kafka_offset")
+        .collect()
+    )
+    return {(r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows}, len(rows)
+
+
+def assert_bronze_exactly_once(spark: SparkSession, lake: Lake) -> None:
+    for topic, table in (
+        (lake.users_topic, "bronze/users"),
+        (lake.sensors_topic, "bronze/sensors"),
+    ):
+        produced = topic_coordinates(lake.bootstrap_servers, topic)
+        landed, rows = bronze_coordinates(spark, lake, table)
+        assert produced == landed, (
+            f"{table}: missing {len(produced - landed)}, extra {len(landed - produced)}"
+        )
+        assert len(produced) == rows, f"{table}: {rows - len(produced)} duplicate rows"
+
+
+def test_every_record_lands_exactly_once_across_repeated_kill_9(
+    spark: SparkSession, lake: Lake
+) -> None:
+    lake.generate("--users", "100000", "--readings", "100000", "--seed", "7")
+    rng = random.Random(2026)
+    small_batches = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "15000"}
+    for attempt in range(3):
+        driver = lake.service(f"crash-{attempt}", **small_batches).start()
+        try:
+            driver.wait_for_log('"event": "running"', timeout=120)
+            # A random moment: from before the first batch commits to deep into the stream.
+            time.sleep(rng.uniform(0.5, 20.0))
+            assert driver.alive(), driver.log_text()[-3000:]
+            driver.kill9()
+        finally:
+            driver.cleanup()
+    final = lake.service("final", "run", "--available-now", **small_batches).start()
+    try:
+        assert final.wait(timeout=600) == 0, final.log_text()[-4000:]
+    finally:
+        final.cleanup()
+    assert_bronze_exactly_once(spark, lake)
+
+
+def test_sigterm_stops_after_the_batch_in_flight_with_exit_0_and_restart_adds_no_duplicates(
+    spark: SparkSession, lake: Lake
+) -> None:
+    lake.generate("--users", "2000", "--readings", "60000", "--seed", "3")
+    driver = lake.service("sigterm", INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
+    try:
+        driver.wait_for_log('"event": "batch_written"', timeout=180)
+        driver.terminate()
+        assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
+    finally:
+        driver.cleanup()
+    log = driver.log_text()
+    assert '"event": "stop_requested"' in log
+    assert '"reason": "signal"' in log
+    rerun = lake.service("after-sigterm", "run", "--available-now").start()
+    try:
+        assert rerun.wait(timeout=300) == 0, rerun.log_text()[-4000:]
+    finally:
+        rerun.cleanup()
+    assert_bronze_exactly_once(spark, lake)
+
+
+def run_to_completion(lake: Lake, name: str) -> None:
+    driver = lake.service(name, "run", "--available-now").start()
+    try:
+        assert driver.wait(timeout=300) == 0, driver.log_text()[-4000:]
+    finally:
+        driver.cleanup()
+
+
+def delete_prefix(lake: Lake, s3_client: object, table: str) -> None:
+    bucket, _, prefix = lake.table(table).removeprefix("s3a://").partition("/")
+    listing = s3_client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")  # type: ignore[attr-defined]
+    for obj in listing.get("Contents", []):
+        s3_client.delete_object(Bucket=bucket, Key=obj["Key"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("recreate", [False, True], ids=["deleted", "recreated-empty"])
+def test_restart_refuses_a_checkpoint_whose_table_was_deleted_or_replaced(
+    spark: SparkSession, lake: Lake, minio_server: MinioServer, recreate: bool
+) -> None:
+    lake.generate("--users", "50", "--readings", "500", "--seed", "1")
+    run_to_completion(lake, "first")
+    delete_prefix(lake, minio_server.s3_client(), "bronze/sensors")
+    if recreate:
+        spark.createDataFrame([], BRONZE).write.format("delta").save(lake.table("bronze/sensors"))
+    restart = lake.service("restart", "run", "--available-now").start()
+    try:
+        assert restart.wait(timeout=180) == EXIT_REFUSED, restart.log_text()[-4000:]
+    finally:
+        restart.cleanup()
+    log = restart.log_text()
+    assert '"event": "refusing_to_start"' in log
+    assert "bronze/sensors" in log
+    assert "was deleted or replaced after the checkpoint was written" in log
+
+
+def test_a_new_checkpoint_over_existing_tables_is_refused(spark: SparkSession, lake: Lake) -> None:
+    lake.generate("--users", "50", "--readings", "500", "--seed", "2")
+    run_to_completion(lake, "first")
+    other_checkpoints = f"{lake.storage_root}/_other_checkpoints"
+    restart = lake.service(
+        "new-checkpoint", "run", "--available-now", INGEST_CHECKPOINT_ROOT=other_checkpoints
+    ).start()
+    try:
+        assert restart.wait(timeout=180) == EXIT_REFUSED, restart.log_text()[-4000:]
+    finally:
+        restart.cleanup()
+    assert "already holds batches written under another checkpoint" in restart.log_text()
+    landed, rows = bronze_coordinates(spark, lake, "bronze/sensors")
+    assert len(landed) == rows == 500
+
+
+def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_keeps_running(
+    lake: Lake,
+) -> None:
+    first = lake.service("first").start()
+    second = lake.service("second")
+    try:
+        first.wait_for_log('"event": "running"', timeout=120)
+        second.start()
+        assert second.wait(timeout=120) == EXIT_REFUSED, second.log_text()[-4000:]
+        assert "another driver is running on this storage root" in second.log_text()
+        assert f"pid {first.pid}" in second.log_text()
+        assert first.alive()
+        first.terminate()
+        assert first.wait(timeout=120) == 0, first.log_text()[-4000:]
+    finally:
+        first.cleanup()
+        second.cleanup()
