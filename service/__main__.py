@@ -39,7 +39,25 @@ def _parser() -> argparse.ArgumentParser:
         "--duration", type=float, help="seconds to run in rate mode (default: forever)"
     )
     gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same records)")
+    gen.add_argument("--partitions", type=int, default=3, help="partitions of topics it creates")
+    for name, what in (
+        ("bad", "readings the contract rejects (quarantined)"),
+        ("late", "readings 15 min to 2 h late in event time"),
+        ("duplicate", "re-sent readings (same event id)"),
+        ("user-update", "slots that also update a user's profile"),
+        ("tombstone", "slots that also delete a user (null value)"),
+    ):
+        gen.add_argument(
+            f"--{name}-fraction", type=_fraction, default=0.0, help=f"fraction of {what}"
+        )
     return parser
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate=args.rate,
             duration=args.duration,
             seed=args.seed,
+            partitions=args.partitions,
+            bad_fraction=args.bad_fraction,
+            late_fraction=args.late_fraction,
+            duplicate_fraction=args.duplicate_fraction,
+            user_update_fraction=args.user_update_fraction,
+            tombstone_fraction=args.tombstone_fraction,
         )
         summary = generate(settings, options)
         print(summary.to_json())

@@ -78,11 +78,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
     try:
         for spec in ingest_queries(settings):
             prepare_tables(spark, settings, spec)
-        table_uris = {
-            t: settings.table_uri(t) for q in ingest_queries(settings) for t in q.tables()
-        }
         for spec in ingest_queries(settings):
-            writer = BatchWriter(spec, table_uris, metrics.rows_written_to)
+            writer = BatchWriter(spec, settings, metrics.batch_written)
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         log.info(

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))
     trigger_interval_seconds: float = Field(default=10.0, ge=0)
 
+    # Data contract
+    max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
+    max_future_seconds: int = Field(default=300, ge=0)
+    dedup_horizon_seconds: int = Field(default=3600, ge=0)
+
     # Operations
     http_port: int = Field(default=8080, ge=0, le=65535)
     log_format: Literal["json", "console"] = "json"

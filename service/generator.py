@@ -2,7 +2,11 @@
 
 Each user wears a watch (heart rate + accelerometer) and some own a thermometer;
 a few weather stations belong to nobody (``user_id`` null). Values are
-realistic for the sensor type and the wearer's current activity.
+realistic for the sensor type and the wearer's current activity. Optional
+fractions of the reading slots become bad records (several kinds the contract
+rejects), late readings, re-sent duplicates (same payload and event id),
+profile updates (a fifth of them stale) and tombstones; every record is
+counted under one category, so a run can be reconciled.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from types import FrameType
@@ -67,6 +71,11 @@ class GeneratorOptions:
     duration: float | None = None
     seed: int = 0
     partitions: int = 3
+    bad_fraction: float = 0.0
+    late_fraction: float = 0.0
+    duplicate_fraction: float = 0.0
+    user_update_fraction: float = 0.0
+    tombstone_fraction: float = 0.0
 
 
 @dataclass
@@ -183,6 +192,46 @@ class RecordFactory:
             record["unit"] = "m/s2"
         return device, record
 
+    def bad_reading(self, event_time: datetime) -> tuple[str, bytes]:
+        """A reading the contract rejects, one of several kinds, keyed like a real one."""
+        device, record = self.reading(event_time)
+        kind = self._rng.randrange(9)
+        if kind == 0:
+            return device.device_id, b""
+        if kind == 1:
+            return device.device_id, json.dumps(record).encode()[:25]
+        if kind == 2:
+            return device.device_id, b'{"event_id": "\xff\xfe"}'
+        if kind == 3:
+            return device.device_id, json.dumps([record]).encode()
+        if kind == 4:
+            del record["event_id"]
+        elif kind == 5:
+            record["event_time"] = "not a time"
+        elif kind == 6:
+            record["sensor_type"] = "pressure"
+        elif kind == 7:
+            record.update({"sensor_type": "heart_rate", "value": 400.0, "unit": "bpm"})
+        else:
+            record["event_time"] = _iso(event_time + timedelta(days=1))
+        return device.device_id, json.dumps(record).encode()
+
+    def late_time(self, now: datetime) -> datetime:
+        """An event time 15 minutes to 2 hours in the past (beyond the default watermark)."""
+        return now - timedelta(seconds=self._rng.uniform(15 * 60, 2 * 3600))
+
+    def random_user(self) -> int:
+        """A random existing user id."""
+        return self._rng.randint(1, self.users)
+
+    def stale_time(self, now: datetime) -> datetime:
+        """An ``updated_at`` one to thirty days old: must never win over a newer profile."""
+        return now - timedelta(days=self._rng.uniform(1, 30))
+
+    def roll(self) -> float:
+        """A uniform draw in [0, 1) from the seeded stream."""
+        return self._rng.random()
+
     def _current_activity(self, user_id: int | None) -> str:
         if user_id is None:
             return "stand"
@@ -255,6 +304,30 @@ def _schedule(options: GeneratorOptions, stop: list[bool]) -> Iterator[datetime]
         yield datetime.now(UTC)
 
 
+def _user_change(
+    settings: Settings,
+    options: GeneratorOptions,
+    factory: RecordFactory,
+    now: datetime,
+    send: Callable[[str, str, dict[str, Any] | bytes | None, str], None],
+) -> None:
+    """Maybe send a profile update (a fifth of them stale) or a tombstone of a random user."""
+    roll = factory.roll()
+    if roll < options.tombstone_fraction:
+        send(settings.users_topic, str(factory.random_user()), None, "users.tombstone")
+    elif roll < options.tombstone_fraction + options.user_update_fraction:
+        user_id = factory.random_user()
+        if factory.roll() < 0.2:
+            send(
+                settings.users_topic,
+                str(user_id),
+                factory.user(user_id, factory.stale_time(now)),
+                "users.stale_update",
+            )
+        else:
+            send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.update")
+
+
 def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     """Produce every user's profile, then readings; return what was delivered."""
     topics = [settings.users_topic, settings.sensors_topic]
@@ -285,8 +358,8 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
     factory = RecordFactory(options.users, options.seed)
 
-    def send(topic: str, key: str, value: dict[str, Any] | None, category: str) -> None:
-        payload = None if value is None else json.dumps(value).encode()
+    def send(topic: str, key: str, value: dict[str, Any] | bytes | None, category: str) -> None:
+        payload = value if value is None or isinstance(value, bytes) else json.dumps(value).encode()
         while True:
             try:
                 producer.produce(topic, key=key.encode(), value=payload, on_delivery=delivered)
@@ -300,9 +373,29 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
         now = datetime.now(UTC)
         for user_id in range(1, options.users + 1):
             send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.profile")
+        sent: list[tuple[str, dict[str, Any]]] = []
         for event_time in _schedule(options, stop):
-            device, reading = factory.reading(event_time)
-            send(settings.sensors_topic, device.device_id, reading, "sensors.valid")
+            _user_change(settings, options, factory, event_time, send)
+            roll = factory.roll()
+            if roll < options.bad_fraction:
+                key, payload = factory.bad_reading(event_time)
+                send(settings.sensors_topic, key, payload, "sensors.bad")
+                continue
+            roll -= options.bad_fraction
+            if roll < options.duplicate_fraction and sent:
+                key, reading = sent[-1 - int(factory.roll() * min(len(sent), 100))]
+                send(settings.sensors_topic, key, reading, "sensors.duplicate")
+                continue
+            roll -= options.duplicate_fraction
+            late = roll < options.late_fraction
+            device, reading = factory.reading(factory.late_time(event_time) if late else event_time)
+            send(
+                settings.sensors_topic,
+                device.device_id,
+                reading,
+                "sensors.late" if late else "sensors.valid",
+            )
+            sent = [*sent[-99:], (device.device_id, reading)]
     finally:
         remaining = producer.flush(60)
         signal.signal(signal.SIGTERM, previous[0])

@@ -19,13 +19,21 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import structlog
 
 from service.errors import LeaseHeldError, LeaseLostError
-from service.hadoop_fs import HadoopFiles
 
 log = structlog.get_logger(__name__)
+
+
+class TextFiles(Protocol):
+    """The file operations the lease needs (`service.hadoop_fs.HadoopFiles` in production)."""
+
+    def read_text(self, uri: str) -> str | None: ...
+    def write_text(self, uri: str, text: str) -> None: ...
+    def delete(self, uri: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ class DriverLease:
 
     def __init__(
         self,
-        files: HadoopFiles,
+        files: TextFiles,
         uri: str,
         ttl_seconds: float,
         renew_seconds: float,

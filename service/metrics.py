@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
+from service.pipeline import BatchOutcome, IngestQuery
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +49,18 @@ class IngestMetrics:
             ["query"],
             registry=registry,
         )
+        self.quarantined = Counter(
+            f"{PREFIX}_quarantined_rows_total",
+            "Records rejected into silver/quarantine, by input and error code.",
+            ["input", "error_code"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            f"{PREFIX}_duplicates_dropped_total",
+            "Readings dropped as duplicates of an event id seen within the dedup horizon.",
+            ["query"],
+            registry=registry,
+        )
         self.rows_written = Counter(
             f"{PREFIX}_table_rows_written_total",
             "Rows appended or merged into a table.",
@@ -74,9 +87,13 @@ class IngestMetrics:
         """Record that ``query`` stopped."""
         self.query_up.labels(query).set(0)
 
-    def rows_written_to(self, table: str, rows: int) -> None:
-        """Record ``rows`` written into ``table``."""
-        self.rows_written.labels(table).inc(rows)
+    def batch_written(self, query: IngestQuery, outcome: BatchOutcome) -> None:
+        """Record what one ingest micro-batch wrote, quarantined and dropped."""
+        for table, rows in outcome.rows_written.items():
+            self.rows_written.labels(table).inc(rows)
+        for code, rows in outcome.quarantined.items():
+            self.quarantined.labels(query.kind, code).inc(rows)
+        self.duplicates.labels(query.name).inc(outcome.duplicates)
 
 
 class MetricsListener(StreamingQueryListener):

@@ -1,32 +1,61 @@
-"""The streaming queries: what each reads, which tables it writes, how it starts.
+"""The ingest queries: what each reads, which tables it writes, and how a batch is written.
 
 Kafka is read once per topic by an *ingest query*. Its ``foreachBatch`` writer
-appends the batch to bronze with ``txnAppId``/``txnVersion`` = (query app id,
-batch id). If the driver dies after the write but before Spark commits the
-batch, the restart replays the same offsets under the same batch id and Delta
-skips the write: every record lands exactly once.
+takes the micro-batch, makes the bronze rows, and from those same rows (cached,
+so bronze and silver see identical records) validates, quarantines, dedups and
+writes silver. Every table write carries Delta's ``txnAppId``/``txnVersion`` =
+(query app id, batch id). If the driver dies anywhere inside a batch, the
+restart replays the same offsets under the same batch id: tables that already
+hold that batch skip it, the others apply it, so every record lands exactly
+once in every table. Each table receives a commit every batch (possibly empty),
+which is what lets `service.checkpoints` prove a table and its checkpoint agree.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import StructType
 
 from service import checkpoints
 from service.config import Settings
 from service.hadoop_fs import HadoopFiles
-from service.schemas import BRONZE
+from service.schemas import (
+    BRONZE,
+    QUARANTINE,
+    SENSOR_DUPLICATES,
+    SILVER_SENSOR_READINGS,
+    SILVER_USERS,
+)
 from service.sinks.delta import append_once, ensure_table, table_transactions
+from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
 from service.transforms.bronze import to_bronze
+from service.transforms.dedup import split_duplicates
+from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
+from service.transforms.users import latest_user_changes, parse_user_changes
+from service.transforms.validation import split_valid_invalid, to_quarantine
 
 log = structlog.get_logger(__name__)
+
+QUARANTINE_TABLE = "silver/quarantine"
+TABLE_SCHEMAS: dict[str, tuple[StructType, tuple[str, ...]]] = {
+    "bronze/users": (BRONZE, ()),
+    "bronze/sensors": (BRONZE, ()),
+    QUARANTINE_TABLE: (QUARANTINE, ()),
+    "silver/users": (SILVER_USERS, ()),
+    "silver/sensor_readings": (SILVER_SENSOR_READINGS, ("event_date",)),
+    "silver/sensor_duplicates": (SENSOR_DUPLICATES, ()),
+}
 
 
 @dataclass(frozen=True)
@@ -35,19 +64,36 @@ class IngestQuery:
 
     name: str
     topic: str
-    bronze_table: str
+    kind: Literal["users", "sensors"]
 
     def tables(self) -> tuple[str, ...]:
         """Relative names of every table this query writes."""
-        return (self.bronze_table,)
+        if self.kind == "users":
+            return ("bronze/users", QUARANTINE_TABLE, "silver/users")
+        return (
+            "bronze/sensors",
+            QUARANTINE_TABLE,
+            "silver/sensor_readings",
+            "silver/sensor_duplicates",
+        )
 
 
 def ingest_queries(settings: Settings) -> list[IngestQuery]:
     """The ingest queries of this deployment, one per input topic."""
     return [
-        IngestQuery("ingest_users", settings.users_topic, "bronze/users"),
-        IngestQuery("ingest_sensors", settings.sensors_topic, "bronze/sensors"),
+        IngestQuery("ingest_users", settings.users_topic, "users"),
+        IngestQuery("ingest_sensors", settings.sensors_topic, "sensors"),
     ]
+
+
+@dataclass
+class BatchOutcome:
+    """What one micro-batch wrote, for the summary log line and the metrics."""
+
+    rows_in: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    rows_written: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
 
 
 @dataclass
@@ -55,8 +101,8 @@ class BatchWriter:
     """The ``foreachBatch`` function of an ingest query; knows its app id once started."""
 
     query: IngestQuery
-    table_uris: Mapping[str, str]
-    on_rows_written: Callable[[str, int], None]
+    settings: Settings
+    on_batch: Callable[[IngestQuery, BatchOutcome], None]
     _app_id: str | None = None
     _app_id_ready: threading.Event = field(default_factory=threading.Event)
     in_flight: threading.Event = field(default_factory=threading.Event)
@@ -73,22 +119,111 @@ class BatchWriter:
         self.in_flight.set()
         try:
             started = time.monotonic()
-            bronze = to_bronze(batch).cache()
-            rows = bronze.count()
-            append_once(bronze, self.table_uris[self.query.bronze_table], self._app_id, batch_id)
-            bronze.unpersist()
-            self.on_rows_written(self.query.bronze_table, rows)
+            bronze = to_bronze(batch).persist()
+            try:
+                write = _write_users if self.query.kind == "users" else _write_sensors
+                outcome = write(bronze, self.settings, self._app_id, batch_id)
+            finally:
+                bronze.unpersist()
             self.last_batch_id = batch_id
+            self.on_batch(self.query, outcome)
             log.info(
                 "batch_written",
                 query=self.query.name,
                 batch_id=batch_id,
-                rows_in=rows,
-                rows_bronze=rows,
+                rows_in=outcome.rows_in,
+                quarantined=sum(outcome.quarantined.values()),
+                duplicates=outcome.duplicates,
+                rows_out=outcome.rows_written,
                 duration_ms=round((time.monotonic() - started) * 1000),
             )
         finally:
             self.in_flight.clear()
+
+
+def _count_by_error(parsed: DataFrame) -> tuple[int, dict[str, int]]:
+    """Rows in, and rejected rows per error code, in one pass over the cached batch."""
+    counts = {
+        r["error_code"]: int(r["count"]) for r in parsed.groupBy("error_code").count().collect()
+    }
+    return sum(counts.values()), {k: v for k, v in counts.items() if k is not None}
+
+
+def _write_users(bronze: DataFrame, settings: Settings, app_id: str, batch_id: int) -> BatchOutcome:
+    append_once(bronze, settings.table_uri("bronze/users"), app_id, batch_id)
+    parsed = parse_user_changes(bronze, max_payload_bytes=settings.max_payload_bytes).persist()
+    try:
+        rows_in, quarantined = _count_by_error(parsed)
+        valid, invalid = split_valid_invalid(parsed)
+        append_once(to_quarantine(invalid), settings.table_uri(QUARANTINE_TABLE), app_id, batch_id)
+        merge_users_once(
+            latest_user_changes(valid), settings.table_uri("silver/users"), app_id, batch_id
+        )
+    finally:
+        parsed.unpersist()
+    valid_rows = rows_in - sum(quarantined.values())
+    return BatchOutcome(
+        rows_in=rows_in,
+        quarantined=quarantined,
+        rows_written={
+            "bronze/users": rows_in,
+            QUARANTINE_TABLE: sum(quarantined.values()),
+            "silver/users": valid_rows,
+        },
+    )
+
+
+def _write_sensors(
+    bronze: DataFrame, settings: Settings, app_id: str, batch_id: int
+) -> BatchOutcome:
+    append_once(bronze, settings.table_uri("bronze/sensors"), app_id, batch_id)
+    parsed = parse_sensor_readings(
+        bronze,
+        max_payload_bytes=settings.max_payload_bytes,
+        max_future_seconds=settings.max_future_seconds,
+    ).persist()
+    try:
+        rows_in, quarantined = _count_by_error(parsed)
+        valid, invalid = split_valid_invalid(parsed)
+        append_once(to_quarantine(invalid), settings.table_uri(QUARANTINE_TABLE), app_id, batch_id)
+        readings = to_sensor_readings(valid)
+        recent = _recent_readings(bronze, settings)
+        fresh, duplicates = split_duplicates(readings, recent, settings.dedup_horizon_seconds)
+        duplicates = duplicates.persist()
+        try:
+            duplicate_rows = duplicates.count()
+            append_once(
+                duplicates, settings.table_uri("silver/sensor_duplicates"), app_id, batch_id
+            )
+            append_once(fresh, settings.table_uri("silver/sensor_readings"), app_id, batch_id)
+        finally:
+            duplicates.unpersist()
+    finally:
+        parsed.unpersist()
+    fresh_rows = rows_in - sum(quarantined.values()) - duplicate_rows
+    return BatchOutcome(
+        rows_in=rows_in,
+        quarantined=quarantined,
+        duplicates=duplicate_rows,
+        rows_written={
+            "bronze/sensors": rows_in,
+            QUARANTINE_TABLE: sum(quarantined.values()),
+            "silver/sensor_readings": fresh_rows,
+            "silver/sensor_duplicates": duplicate_rows,
+        },
+    )
+
+
+def _recent_readings(bronze: DataFrame, settings: Settings) -> DataFrame:
+    """silver/sensor_readings pruned to the arrivals that can be originals of this batch."""
+    bounds = bronze.agg(F.min("kafka_timestamp"), F.max("kafka_timestamp")).first()
+    silver = bronze.sparkSession.read.format("delta").load(
+        settings.table_uri("silver/sensor_readings")
+    )
+    if bounds is None or bounds[0] is None:
+        return silver.limit(0)
+    earliest = bounds[0] - timedelta(seconds=settings.dedup_horizon_seconds)
+    return silver.where(F.col("kafka_timestamp").between(F.lit(earliest), F.lit(bounds[1])))
 
 
 def prepare_tables(spark: SparkSession, settings: Settings, query: IngestQuery) -> None:
@@ -100,7 +235,9 @@ def prepare_tables(spark: SparkSession, settings: Settings, query: IngestQuery) 
         for t in query.tables()
     }
     checkpoints.verify_checkpoint_matches_tables(query.name, checkpoint, txns)
-    ensure_table(spark, settings.table_uri(query.bronze_table), BRONZE)
+    for table in query.tables():
+        schema, partition_by = TABLE_SCHEMAS[table]
+        ensure_table(spark, settings.table_uri(table), schema, partition_by)
 
 
 def checkpoint_uri(settings: Settings, query: IngestQuery) -> str:

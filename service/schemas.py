@@ -134,3 +134,18 @@ QUARANTINE = StructType(
         StructField("quarantined_at", TimestampType(), nullable=False),
     ]
 )
+
+# Readings dropped as duplicates (an audit of what silver/sensor_readings left out),
+# so that silver + quarantine + duplicates reconcile with bronze by Kafka coordinates.
+SENSOR_DUPLICATES = StructType(
+    [
+        StructField("event_id", StringType(), nullable=False),
+        StructField("kafka_topic", StringType(), nullable=False),
+        StructField("kafka_partition", IntegerType(), nullable=False),
+        StructField("kafka_offset", LongType(), nullable=False),
+        StructField("kafka_timestamp", TimestampType()),
+        StructField("ingested_at", TimestampType()),
+        StructField("original_kafka_partition", IntegerType()),
+        StructField("original_kafka_offset", LongType()),
+    ]
+)

@@ -160,6 +160,7 @@ def parse_sensor_readings(
     )
     return checked.select(*bronze.columns, "error_code", "error_detail", reading.alias("reading"))
 
+
 def to_sensor_readings(valid: DataFrame) -> DataFrame:
     """Valid parsed readings in the silver/sensor_readings schema.
 

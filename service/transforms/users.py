@@ -3,13 +3,14 @@
 Rules are DESIGN.md §2 (users) with the edge cases decided in
 `service.transforms.validation`. User-specific decisions: a record with a key
 and a null value is a tombstone, valid when the key is a user id (decimal
-integer ≥ 1 within 64 bits, leading zeros allowed; otherwise ``type_mismatch`` or ``out_of_range`` on
-``key``); a null value without a key is ``empty_payload``; the key of an upsert
-is not compared with its ``user_id``; names longer than 200 characters are
-``out_of_range``; ``country`` is two uppercase ASCII letters (``invalid_value``
-otherwise); ``dob`` must lie in 1900-01-01..``today``. Each change has a change
-time, ``updated_at`` for upserts and the Kafka timestamp for tombstones; the
-newest wins, ties broken by the higher (partition, offset).
+integer ≥ 1 within 64 bits, leading zeros allowed; otherwise ``type_mismatch``
+or ``out_of_range`` on ``key``); a null value without a key is
+``empty_payload``; the key of an upsert is not compared with its ``user_id``;
+names longer than 200 characters are ``out_of_range``; ``country`` is two
+uppercase ASCII letters (``invalid_value`` otherwise); ``dob`` must lie in
+1900-01-01..``today``. Each change has a change time, ``updated_at`` for
+upserts and the Kafka timestamp for tombstones; the newest wins, ties broken by
+the higher (partition, offset).
 """
 
 from __future__ import annotations
@@ -35,17 +36,14 @@ from service.transforms.validation import (
 GENDERS = ("F", "M", "X")
 MAX_NAME_CHARS = 200
 EARLIEST_DOB = datetime.date(1900, 1, 1)
-# Columns of a change, as `latest_user_changes` returns them.
-USER_CHANGE_COLUMNS = (
-    "user_id",
-    "is_tombstone",
+# The profile an upsert carries, with its lineage, as `latest_user_changes` returns it.
+UPSERT_COLUMNS = (
     "first_name",
     "last_name",
     "dob",
     "gender",
     "country",
     "updated_at",
-    "change_time",
     "_rescued",
     "kafka_topic",
     "kafka_partition",
@@ -53,6 +51,7 @@ USER_CHANGE_COLUMNS = (
     "kafka_timestamp",
     "ingested_at",
 )
+_LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
 
 _USER_ID = JsonField("user_id")
 _FIRST_NAME = JsonField("first_name")
@@ -166,12 +165,25 @@ def parse_user_changes(
     )
     return checked.select(*bronze.columns, "error_code", "error_detail", change.alias("change"))
 
+
 def latest_user_changes(valid_changes: DataFrame) -> DataFrame:
-    """Reduce valid changes to the newest per ``user_id`` (change time, then partition, offset)."""
-    lineage = [c for c in USER_CHANGE_COLUMNS if c.startswith("kafka_")]
-    flat = valid_changes.select("change.*", *lineage, "ingested_at")
-    newest = F.max_by(
-        F.struct(*USER_CHANGE_COLUMNS),
-        F.struct("change_time", "kafka_partition", "kafka_offset"),
+    """Reduce valid changes to one row per ``user_id``: its newest upsert and newest tombstone.
+
+    The newest upsert is the greatest (updated_at, partition, offset), its columns
+    null when the batch has none for the user; ``tombstone_at`` is the latest
+    tombstone's arrival time, or null. Keeping both (rather than the single newest
+    change) makes the merged state independent of how records fall into batches.
+    """
+    flat = valid_changes.select("change.*", *_LINEAGE, "ingested_at")
+    upsert = F.max_by(
+        F.when(~F.col("is_tombstone"), F.struct(*UPSERT_COLUMNS)),
+        F.when(~F.col("is_tombstone"), F.struct("updated_at", "kafka_partition", "kafka_offset")),
     )
-    return flat.groupBy("user_id").agg(newest.alias("newest")).select("newest.*")
+    tombstone_at = F.max(F.when(F.col("is_tombstone"), F.col("change_time")))
+    tombstone = F.max_by(
+        F.when(F.col("is_tombstone"), F.struct(*_LINEAGE, "ingested_at")),
+        F.when(F.col("is_tombstone"), F.struct("change_time", "kafka_partition", "kafka_offset")),
+    )
+    return flat.groupBy("user_id").agg(
+        upsert.alias("upsert"), tombstone_at.alias("tombstone_at"), tombstone.alias("tombstone")
+    )

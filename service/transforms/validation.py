@@ -384,20 +384,23 @@ def stage_fields(records: DataFrame, fields: Sequence[JsonField]) -> DataFrame:
 
 
 def with_error(records: DataFrame, violations: Iterable[Violation]) -> DataFrame:
-    """Add ``error_code`` and ``error_detail`` (null on valid rows)."""
-    return (
-        records.withColumn("_error", first_violation(violations))
-        .withColumn("error_code", F.col("_error.error_code"))
-        .withColumn("error_detail", F.col("_error.error_detail"))
-        .drop("_error")
+    """Add ``error_code`` and ``error_detail`` (null on valid rows).
+
+    They come out of a generator (one row in, one row out) on purpose: the
+    optimizer cannot push a filter on them (`split_valid_invalid`) below it, which
+    would inline every staged expression into the filter once per reference.
+    """
+    error = first_violation(violations)
+    outcome = F.struct(
+        error.getField("error_code").alias("error_code"),
+        error.getField("error_detail").alias("error_detail"),
     )
+    return records.select("*", F.inline(F.array(outcome)))
 
 
 def split_valid_invalid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Split rows with an ``error_code`` from rows without one: (valid, invalid)."""
-    return parsed.where(F.col("error_code").isNull()), parsed.where(
-        F.col("error_code").isNotNull()
-    )
+    return parsed.where(F.col("error_code").isNull()), parsed.where(F.col("error_code").isNotNull())
 
 
 def to_quarantine(invalid: DataFrame, quarantined_at: Column | None = None) -> DataFrame:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql import Column, SparkSession
 
 REPO = Path(__file__).resolve().parents[2]
 Coordinates = set[tuple[str, int, int]]
@@ -91,8 +92,19 @@ class ServiceProcess:
         raise AssertionError(f"{needle!r} not logged within {timeout}s:\n{self.log_text()[-4000:]}")
 
 
-def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
-    """Every (topic, partition, offset) currently in ``topic``, read back from the broker."""
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One record read back from the broker."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+
+def topic_records(bootstrap_servers: str, topic: str) -> list[KafkaRecord]:
+    """Every record currently in ``topic``, read back from the broker."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -110,7 +122,7 @@ def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
         }
         pending = {p for p in partitions if ends[p][1] > ends[p][0]}
         consumer.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
-        seen: Coordinates = set()
+        records: list[KafkaRecord] = []
         while pending:
             msg = consumer.poll(10)
             if msg is None:
@@ -122,12 +134,19 @@ def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
                     continue
                 raise AssertionError(str(error))
             assert partition is not None and offset is not None
-            seen.add((topic, partition, offset))
+            records.append(
+                KafkaRecord(partition, offset, msg.timestamp()[1], msg.key(), msg.value())
+            )
             if offset + 1 >= ends[partition][1]:
                 pending.discard(partition)
-        return seen
+        return records
     finally:
         consumer.close()
+
+
+def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
+    """Every (topic, partition, offset) currently in ``topic``."""
+    return {(topic, r.partition, r.offset) for r in topic_records(bootstrap_servers, topic)}
 
 
 @dataclass(frozen=True)
@@ -180,3 +199,29 @@ class Lake:
     def table(self, name: str) -> str:
         """URI of table ``name`` in this lake."""
         return f"{self.storage_root}/{name}"
+
+
+def table_coordinates(
+    spark: SparkSession, uri: str, where: Column | None = None
+) -> tuple[Coordinates, int]:
+    """The (topic, partition, offset) set of a Delta table's rows, and the row count."""
+    table = spark.read.format("delta").load(uri)
+    if where is not None:
+        table = table.where(where)
+    rows = table.select("kafka_topic", "kafka_partition", "kafka_offset").collect()
+    return {(r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows}, len(rows)
+
+
+def assert_bronze_exactly_once(spark: SparkSession, lake: Lake) -> Coordinates:
+    """Assert each bronze table holds each produced record exactly once; return sensors'."""
+    landed: Coordinates = set()
+    for topic, table in (
+        (lake.users_topic, "bronze/users"),
+        (lake.sensors_topic, "bronze/sensors"),
+    ):
+        produced = topic_coordinates(lake.bootstrap_servers, topic)
+        landed, rows = table_coordinates(spark, lake.table(table))
+        missing, extra = len(produced - landed), len(landed - produced)
+        assert produced == landed, f"{table}: {missing} missing, {extra} not produced"
+        assert len(produced) == rows, f"{table}: {rows - len(produced)} duplicate rows"
+    return landed

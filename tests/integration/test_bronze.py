@@ -1,68 +1,20 @@
-"""Bronze ingest against real Kafka and a real S3 server: exactly-once through crashes."""
+"""Driver lifecycle against real Kafka and a real S3 server: SIGTERM, refusals, single writer.
+
+Exactly-once through repeated kill -9 is `test_reconciliation.py`.
+"""
 
 from __future__ import annotations
-
-import random
-import time
 
 import pytest
 from devstack import MinioServer
 from pyspark.sql import SparkSession
 
 from service.schemas import BRONZE
-from tests.integration.harness import Coordinates, Lake, topic_coordinates
+from tests.integration.harness import Lake, assert_bronze_exactly_once, table_coordinates
 
 pytestmark = pytest.mark.integration
 
 EXIT_REFUSED = 3
-
-
-def bronze_coordinates(spark: SparkSession, lake: Lake, table: str) -> tuple[Coordinates, int]:
-    """The (topic, partition, offset) set of a bronze table and its row count."""
-    rows = (
-        spark.read.format("delta")
-        .load(lake.table(table))
-        .select("kafka_topic", "kafka_partition", "kafka_offset")
-        .collect()
-    )
-    return {(r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows}, len(rows)
-
-
-def assert_bronze_exactly_once(spark: SparkSession, lake: Lake) -> None:
-    for topic, table in (
-        (lake.users_topic, "bronze/users"),
-        (lake.sensors_topic, "bronze/sensors"),
-    ):
-        produced = topic_coordinates(lake.bootstrap_servers, topic)
-        landed, rows = bronze_coordinates(spark, lake, table)
-        assert produced == landed, (
-            f"{table}: missing {len(produced - landed)}, extra {len(landed - produced)}"
-        )
-        assert len(produced) == rows, f"{table}: {rows - len(produced)} duplicate rows"
-
-
-def test_every_record_lands_exactly_once_across_repeated_kill_9(
-    spark: SparkSession, lake: Lake
-) -> None:
-    lake.generate("--users", "100000", "--readings", "100000", "--seed", "7")
-    rng = random.Random(2026)
-    small_batches = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "15000"}
-    for attempt in range(3):
-        driver = lake.service(f"crash-{attempt}", **small_batches).start()
-        try:
-            driver.wait_for_log('"event": "running"', timeout=120)
-            # A random moment: from before the first batch commits to deep into the stream.
-            time.sleep(rng.uniform(0.5, 20.0))
-            assert driver.alive(), driver.log_text()[-3000:]
-            driver.kill9()
-        finally:
-            driver.cleanup()
-    final = lake.service("final", "run", "--available-now", **small_batches).start()
-    try:
-        assert final.wait(timeout=600) == 0, final.log_text()[-4000:]
-    finally:
-        final.cleanup()
-    assert_bronze_exactly_once(spark, lake)
 
 
 def test_sigterm_stops_after_the_batch_in_flight_with_exit_0_and_restart_adds_no_duplicates(
@@ -134,7 +86,7 @@ def test_a_new_checkpoint_over_existing_tables_is_refused(spark: SparkSession, l
     finally:
         restart.cleanup()
     assert "already holds batches written under another checkpoint" in restart.log_text()
-    landed, rows = bronze_coordinates(spark, lake, "bronze/sensors")
+    landed, rows = table_coordinates(spark, lake.table("bronze/sensors"))
     assert len(landed) == rows == 500
 
 

@@ -1,0 +1,114 @@
+"""Settings: defaults from the contract, environment parsing, one clear error per bad key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.config import load_settings
+from service.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("INGEST_", "AWS_")):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_follow_the_design_contract() -> None:
+    settings = load_settings()
+    assert "localhost:9092" == settings.kafka_bootstrap_servers
+    assert ("users", "sensors") == (settings.users_topic, settings.sensors_topic)
+    assert "file:" + str(Path("var/lakehouse").resolve()) == settings.storage_uri
+    assert settings.storage_uri + "/_checkpoints" == settings.checkpoint_uri
+    assert "local[*]" == settings.spark_master
+    assert 8080 == settings.http_port
+    assert ("json", "INFO") == (settings.log_format, settings.log_level)
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9093")
+    monkeypatch.setenv("INGEST_STORAGE_ROOT", "s3a://bucket/prefix/")
+    monkeypatch.setenv("INGEST_CHECKPOINT_ROOT", "s3a://other/cp")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("INGEST_HTTP_PORT", "9100")
+    settings = load_settings()
+    assert "k1:9092,k2:9093" == settings.kafka_bootstrap_servers
+    assert "s3a://bucket/prefix" == settings.storage_uri
+    assert "s3a://other/cp" == settings.checkpoint_uri
+    assert "s3a://bucket/prefix/bronze/users" == settings.table_uri("bronze/users")
+    assert ("http://127.0.0.1:9000", "eu-west-1") == (
+        settings.aws_endpoint_url,
+        settings.aws_region,
+    )
+    assert 9100 == settings.http_port
+    assert settings.uses_s3
+
+
+def test_yaml_file_is_read_and_environment_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "ingest.yaml"
+    config.write_text("users_topic: people\nsensors_topic: readings\nhttp_port: 9000\n")
+    monkeypatch.setenv("INGEST_CONFIG_FILE", str(config))
+    monkeypatch.setenv("INGEST_HTTP_PORT", "9001")
+    settings = load_settings()
+    assert ("people", "readings", 9001) == (
+        settings.users_topic,
+        settings.sensors_topic,
+        settings.http_port,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("INGEST_HTTP_PORT", "eighty", "INGEST_HTTP_PORT: Input should be a valid integer"),
+        ("INGEST_HTTP_PORT", "70000", "INGEST_HTTP_PORT: Input should be less than or equal"),
+        (
+            "INGEST_KAFKA_BOOTSTRAP_SERVERS",
+            "kafka",
+            "INGEST_KAFKA_BOOTSTRAP_SERVERS: 'kafka' is not",
+        ),
+        ("INGEST_STORAGE_ROOT", "s3://bucket/x", "INGEST_STORAGE_ROOT: use the s3a:// scheme"),
+        ("INGEST_STORAGE_ROOT", "gs://bucket/x", "INGEST_STORAGE_ROOT: unsupported scheme"),
+        ("INGEST_LOG_FORMAT", "xml", "INGEST_LOG_FORMAT: Input should be 'json' or 'console'"),
+        ("INGEST_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", "INGEST_KAFKA_SASL_MECHANISM: required"),
+        ("INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER", "0", "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER:"),
+        ("INGEST_CONFIG_FILE", "/nonexistent.yaml", "INGEST_CONFIG_FILE: no such file"),
+    ],
+)
+def test_invalid_value_fails_with_one_message_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert message in str(error.value)
+    assert 1 == len(str(error.value).splitlines())
+
+
+def test_unknown_yaml_key_is_rejected_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "ingest.yaml"
+    config.write_text("user_topic: typo\n")
+    monkeypatch.setenv("INGEST_CONFIG_FILE", str(config))
+    with pytest.raises(ConfigError, match="user_topic"):
+        load_settings()
+
+
+def test_secrets_are_masked_in_the_loggable_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    monkeypatch.setenv("INGEST_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("INGEST_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("INGEST_KAFKA_SASL_USERNAME", "ingest")
+    monkeypatch.setenv("INGEST_KAFKA_SASL_PASSWORD", "kafka-pa55")
+    rendered = repr(load_settings().redacted())
+    assert "s3cr3t-value" not in rendered
+    assert "kafka-pa55" not in rendered
+    assert "**********" in rendered

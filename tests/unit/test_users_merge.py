@@ -1,0 +1,156 @@
+"""MERGE of user changes into silver/users: ordering, tombstones and replay idempotency."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from service.schemas import SILVER_USERS
+from service.sinks.delta import ensure_table
+from service.sinks.users import merge_users_once
+from service.transforms.users import latest_user_changes, parse_user_changes
+from service.transforms.validation import split_valid_invalid
+from tests.unit.records import bronze_frame
+from tests.unit.test_users import profile
+
+APP = "silver_users-test"
+BATCH_ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def merge(
+    spark: SparkSession,
+    uri: str,
+    records: list[tuple[str | None, str | None]],
+    version: int,
+    arrival: datetime.datetime = BATCH_ARRIVAL,
+    first_offset: int = 0,
+) -> None:
+    """Parse ``records`` as one users batch and MERGE it as txn ``version``."""
+    bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
+    valid, _ = split_valid_invalid(parse_user_changes(bronze))
+    merge_users_once(latest_user_changes(valid), uri, APP, version)
+
+
+def table_version(spark: SparkSession, uri: str) -> int:
+    """The table's latest commit version."""
+    latest = DeltaTable.forPath(spark, uri).history(1).select("version").first()
+    assert latest is not None
+    return int(latest["version"])
+
+
+def table(spark: SparkSession, uri: str) -> dict[int, dict[str, Any]]:
+    """The table's rows by user id."""
+    return {r["user_id"]: r.asDict() for r in spark.read.format("delta").load(uri).collect()}
+
+
+@pytest.fixture
+def users_uri(spark: SparkSession, tmp_path: Path) -> str:
+    """An empty silver/users table."""
+    uri = f"file:{tmp_path}/silver/users"
+    ensure_table(spark, uri, SILVER_USERS)
+    return uri
+
+
+def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resurrect(
+    spark: SparkSession, users_uri: str
+) -> None:
+    # Batch 0 arrives 2024-05-01 12:00: that is the change time of its tombstones.
+    merge(
+        spark,
+        users_uri,
+        [
+            ("1", profile(user_id=1, first_name="new", updated_at="2024-04-10T00:00:00Z")),
+            ("2", profile(user_id=2, first_name="kept", updated_at="2024-04-01T00:00:00Z")),
+            ("3", profile(user_id=3, first_name="gone", updated_at="2024-04-01T00:00:00Z")),
+            ("5", None),
+            ("6", None),
+        ],
+        version=0,
+    )
+    merge(
+        spark,
+        users_uri,
+        [
+            ("1", profile(user_id=1, first_name="old", updated_at="2024-04-09T00:00:00Z")),
+            ("3", None),  # tombstone of a known user: keeps the profile
+            ("9", None),  # tombstone of an unknown user: inserted deleted
+            # older than user 5's tombstone: becomes the profile, the user stays deleted
+            ("5", profile(user_id=5, first_name="before", updated_at="2024-04-30T00:00:00Z")),
+            ("6", profile(user_id=6, first_name="after", updated_at="2024-05-02T00:00:00Z")),
+        ],
+        version=1,
+        arrival=BATCH_ARRIVAL + datetime.timedelta(days=1),
+        first_offset=10,
+    )
+    rows = table(spark, users_uri)
+    actual = {
+        u: (r["first_name"], r["is_deleted"], r["deleted_at"] is not None, r["kafka_offset"])
+        for u, r in rows.items()
+    }
+    expected = {
+        1: ("new", False, False, 0),
+        2: ("kept", False, False, 1),
+        3: ("gone", True, True, 2),
+        5: ("before", True, True, 13),
+        6: ("after", False, False, 14),
+        9: (None, True, True, 12),
+    }
+    assert expected == actual
+
+
+def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    changes: list[tuple[str | None, str | None]] = [
+        ("1", profile(first_name="a", updated_at="2024-04-01T00:00:00Z")),
+        ("1", profile(first_name="b", updated_at="2024-04-20T00:00:00Z")),
+        ("1", None),  # tombstone at 2024-05-01 12:00: newer than both upserts
+        ("1", profile(first_name="stale", updated_at="2024-04-10T00:00:00Z")),
+        ("2", None),
+        ("2", profile(user_id=2, first_name="back", updated_at="2024-06-01T00:00:00Z")),
+    ]
+    states = []
+    for split in (1, len(changes)):
+        uri = f"file:{tmp_path}/split-{split}"
+        ensure_table(spark, uri, SILVER_USERS)
+        for version, start in enumerate(range(0, len(changes), split)):
+            merge(spark, uri, changes[start : start + split], version, first_offset=start)
+        states.append(
+            {
+                u: (r["first_name"], r["updated_at"], r["is_deleted"], r["deleted_at"])
+                for u, r in table(spark, uri).items()
+            }
+        )
+    assert states[0] == states[1]
+    assert ("b", True) == (states[0][1][0], states[0][1][2])
+    assert ("back", False) == (states[0][2][0], states[0][2][2])
+
+
+def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
+    spark: SparkSession, users_uri: str
+) -> None:
+    merge(spark, users_uri, [("1", profile(first_name="v1", updated_at="2024-04-01T00:00:00Z"))], 1)
+    version_after_first = table_version(spark, users_uri)
+    # Same txn version, newer content: a replay Delta must skip whatever it carries.
+    merge(
+        spark,
+        users_uri,
+        [("1", profile(first_name="replay", updated_at="2024-04-02T00:00:00Z"))],
+        1,
+    )
+    version_after_replay = table_version(spark, users_uri)
+    name_after_replay = table(spark, users_uri)[1]["first_name"]
+    merge(spark, users_uri, [("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))], 2)
+    expected = (version_after_first, "v1", "v2", None)
+    actual = (
+        version_after_replay,
+        name_after_replay,
+        table(spark, users_uri)[1]["first_name"],
+        spark.conf.get("spark.databricks.delta.write.txnVersion", None),
+    )
+    assert expected == actual
