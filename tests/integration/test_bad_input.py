@@ -1,0 +1,242 @@
+"""An adversarial corpus through real Kafka: each record lands where the contract says.
+
+The long-running service keeps running throughout; every record is in bronze, and
+in exactly one of silver or quarantine (with the expected error code and the
+field named in the detail).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from devstack import KafkaBroker
+from pyspark.sql import SparkSession
+
+from tests.integration.harness import Lake
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def reading(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "event_id": "e",
+        "device_id": "watch-000001",
+        "user_id": 1,
+        "sensor_type": "heart_rate",
+        "event_time": iso(NOW),
+        "value": 72.0,
+        "unit": "bpm",
+    }
+    fields.update(overrides)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def user(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "user_id": 7,
+        "first_name": "Ada",
+        "dob": "1990-01-02",
+        "gender": "F",
+        "country": "GB",
+        "updated_at": iso(NOW),
+    }
+    fields.update(overrides)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def doc(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def nested(depth: int) -> bytes:
+    return b'{"event_id": "deep", "extra": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One corpus record and where it must land: error code (None = silver) and detail field."""
+
+    name: str
+    topic: str  # "users" or "sensors"
+    key: bytes | None
+    value: bytes | None
+    code: str | None
+    field: str | None = None
+
+
+S, U = "sensors", "users"
+HUGE = b"0" * 25
+DUP_KEYS = b'{"event_id": "a", "event_id": "b", "device_id": "d", "sensor_type": "heart_rate"}'
+CORPUS = [
+    Case("truncated json", S, b"d", doc(reading())[:30], "malformed_json"),
+    Case("invalid utf-8", S, b"d", b'{"event_id": "\xff\xfe"}', "malformed_json"),
+    Case("trailing garbage", S, b"d", doc(reading()) + b" trailing", "malformed_json"),
+    Case("duplicate json keys", S, b"d", DUP_KEYS, "malformed_json"),
+    Case("bare NaN", S, b"d", doc(reading()).replace(b"72.0", b"NaN"), "malformed_json"),
+    Case("bare Infinity", S, b"d", doc(reading()).replace(b"72.0", b"Infinity"), "malformed_json"),
+    Case("nested 5000 deep", S, b"d", nested(5000), "malformed_json"),
+    Case("json array", S, b"d", b"[1, 2]", "not_an_object"),
+    Case("json string", S, b"d", b'"hello"', "not_an_object"),
+    Case("json number", S, b"d", b"42", "not_an_object"),
+    Case("json null", S, b"d", b"null", "not_an_object"),
+    Case("empty value", S, b"d", b"", "empty_payload"),
+    Case("null value on sensors", S, b"d", None, "empty_payload"),
+    Case("2 MiB value", S, b"d", doc(reading(pad="x" * (2 * 1024 * 1024))), "payload_too_large"),
+    Case("missing event_id", S, b"d", doc(reading(event_id=None)), "missing_field", "event_id"),
+    Case("missing device_id", S, b"d", doc(reading(device_id=None)), "missing_field", "device_id"),
+    Case("missing sensor_type", S, b"d", doc(reading(sensor_type=None)), "missing_field",
+         "sensor_type"),
+    Case("missing event_time", S, b"d", doc(reading(event_time=None)), "missing_field",
+         "event_time"),
+    Case("missing heart rate value", S, b"d", doc(reading(value=None)), "missing_field", "value"),
+    Case("accelerometer without z", S, b"d",
+         doc(reading(sensor_type="accelerometer", value=None, x=1.0, y=2.0)), "missing_field", "z"),
+    Case("quoted number", S, b"d", doc(reading(value="72")), "type_mismatch", "value"),
+    Case("quoted NaN", S, b"d", doc(reading(value="NaN")), "type_mismatch", "value"),
+    Case("boolean value", S, b"d", doc(reading(value=True)), "type_mismatch", "value"),
+    Case("numeric event_id", S, b"d", doc(reading(event_id=12)), "type_mismatch", "event_id"),
+    Case("string user_id", S, b"d", doc(reading(user_id="1")), "type_mismatch", "user_id"),
+    Case("garbage timestamp", S, b"d", doc(reading(event_time="yesterday")), "type_mismatch",
+         "event_time"),
+    Case("unknown sensor_type", S, b"d", doc(reading(sensor_type="pressure")), "invalid_value",
+         "sensor_type"),
+    Case("empty event_id", S, b"d", doc(reading(event_id="")), "invalid_value", "event_id"),
+    Case("unknown danger_level", S, b"d", doc(reading(danger_level="EXTREME")), "invalid_value",
+         "danger_level"),
+    Case("negative user_id", S, b"d", doc(reading(user_id=-5)), "out_of_range", "user_id"),
+    Case("huge user_id", S, b"d", doc(reading()).replace(b'"user_id": 1', b'"user_id": 1' + HUGE),
+         "out_of_range", "user_id"),
+    Case("huge number", S, b"d", doc(reading()).replace(b"72.0", b"1e400"), "out_of_range",
+         "value"),
+    Case("heart rate 400", S, b"d", doc(reading(value=400.0)), "out_of_range", "value"),
+    Case("temperature -80", S, b"d", doc(reading(sensor_type="temperature", value=-80.0)),
+         "out_of_range", "value"),
+    Case("far future", S, b"d", doc(reading(event_time="2999-01-01T00:00:00Z")),
+         "event_time_in_future", "event_time"),
+    Case("missing field and bad type: missing wins", S, b"d",
+         doc(reading(event_id=None, value="x")), "missing_field", "event_id"),
+    Case("far past is valid", S, b"d",
+         doc(reading(event_id="past", event_time="1971-02-03T04:05:06Z")), None),
+    Case("epoch millis is valid", S, b"d",
+         doc(reading(event_id="millis", event_time=int(NOW.timestamp() * 1000))), None),
+    Case("offset time is valid", S, b"d",
+         doc(reading(event_id="offset",
+                     event_time=(NOW + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S+02:00"))),
+         None),
+    Case("byte-order mark is valid", S, b"d", b"\xef\xbb\xbf" + doc(reading(event_id="bom")), None),
+    Case("extra fields are rescued", S, b"d",
+         doc(reading(event_id="extra", firmware="1.2", battery={"pct": 80})), None),
+    Case("tombstone of a user", U, b"7", None, None),
+    Case("tombstone with a bad key", U, b"abc", None, "type_mismatch", "key"),
+    Case("user without updated_at", U, b"8", doc(user(user_id=8, updated_at=None)),
+         "missing_field", "updated_at"),
+    Case("user with unknown gender", U, b"8", doc(user(user_id=8, gender="Q")), "invalid_value",
+         "gender"),
+    Case("user born 1800", U, b"8", doc(user(user_id=8, dob="1800-01-01")), "out_of_range", "dob"),
+    Case("user with 3-letter country", U, b"8", doc(user(user_id=8, country="FRA")),
+         "invalid_value", "country"),
+    Case("user with a 300-char name", U, b"8", doc(user(user_id=8, first_name="n" * 300)),
+         "out_of_range", "first_name"),
+    Case("valid user", U, b"9", doc(user(user_id=9)), None),
+]  # fmt: skip
+
+
+def produce(lake: Lake) -> dict[tuple[str, int, int], Case]:
+    """Produce the corpus; return each case by the Kafka coordinates it got."""
+    landed: dict[tuple[str, int, int], Case] = {}
+    errors: list[str] = []
+    producer = Producer(
+        {"bootstrap.servers": lake.bootstrap_servers, "message.max.bytes": 4 * 1024 * 1024}
+    )
+    topics = {S: lake.sensors_topic, U: lake.users_topic}
+    for case in CORPUS:
+
+        def delivered(err: KafkaError | None, msg: Message, case: Case = case) -> None:
+            if err is not None:
+                errors.append(f"{case.name}: {err}")
+            else:
+                landed[(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))] = case
+
+        producer.produce(topics[case.topic], key=case.key, value=case.value, on_delivery=delivered)
+    assert 0 == producer.flush(30)
+    assert [] == errors
+    return landed
+
+
+def allow_large_messages(broker: KafkaBroker, topic: str) -> None:
+    admin: AdminClient = broker.admin()
+    resource = ConfigResource(
+        "topic", topic, set_config={"max.message.bytes": str(4 * 1024 * 1024)}
+    )
+    for future in admin.alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def wait_for_rows(spark: SparkSession, uri: str, rows: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if spark.read.format("delta").load(uri).count() >= rows:
+            return
+        time.sleep(2)
+    raise AssertionError(f"{uri} did not reach {rows} rows within {timeout}s")
+
+
+def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps_running(
+    spark: SparkSession, lake: Lake, kafka_broker: KafkaBroker
+) -> None:
+    assert len(CORPUS) >= 30 and len({c.name for c in CORPUS}) == len(CORPUS)
+    allow_large_messages(kafka_broker, lake.sensors_topic)
+    driver = lake.service("corpus").start()
+    try:
+        driver.wait_for_log('"event": "running"', timeout=180)
+        by_coordinates = produce(lake)
+        valid_readings = sum(1 for c in CORPUS if c.topic == S and c.code is None)
+        # Quarantine and silver are written after bronze, in the same micro-batch.
+        wait_for_rows(spark, lake.table("silver/quarantine"), sum(1 for c in CORPUS if c.code), 240)
+        wait_for_rows(spark, lake.table("silver/sensor_readings"), valid_readings, 240)
+        assert driver.alive(), driver.log_text()[-3000:]
+        driver.terminate()
+        assert 0 == driver.wait(timeout=120), driver.log_text()[-3000:]
+    finally:
+        driver.cleanup()
+
+    def coordinates(table: str) -> dict[tuple[str, int, int], Any]:
+        rows = spark.read.format("delta").load(lake.table(table)).collect()
+        return {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r for r in rows}
+
+    quarantine = coordinates("silver/quarantine")
+    readings = coordinates("silver/sensor_readings")
+    users = {
+        r.user_id: r for r in spark.read.format("delta").load(lake.table("silver/users")).collect()
+    }
+    wrong = []
+    for where, case in by_coordinates.items():
+        row = quarantine.get(where)
+        actual_code = row.error_code if row is not None else None
+        detail_ok = case.field is None or (
+            row is not None and str(row.error_detail).startswith(case.field)
+        )
+        in_silver = where in readings if case.topic == S else where not in quarantine
+        if actual_code != case.code or not detail_ok or (case.code is None) != in_silver:
+            wrong.append((case.name, case.code, actual_code, row and row.error_detail))
+    assert [] == wrong
+    raw = {r.value.encode() if r.value is not None else None for r in quarantine.values()}
+    assert DUP_KEYS in raw  # the raw value is kept as received
+    rescued = next(r for r in readings.values() if r.event_id == "extra")
+    assert {"battery": {"pct": 80}, "firmware": "1.2"} == json.loads(rescued._rescued)
+    assert users[7].is_deleted and users[7].deleted_at is not None
+    assert not users[9].is_deleted and "Ada" == users[9].first_name
