@@ -78,11 +78,11 @@ class ServiceProcess:
         """Everything the service printed so far."""
         return self.log_path.read_text(errors="replace")
 
-    def wait_for_log(self, needle: str, timeout: float) -> None:
-        """Block until ``needle`` appears in the log; fail if the process dies first."""
+    def wait_for_log(self, needle: str, timeout: float, count: int = 1) -> None:
+        """Block until ``needle`` appears ``count`` times in this run's log; fail if it dies."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if needle in self.log_text():
+            if self.log_text().count(needle) >= count:
                 return
             if not self.alive():
                 raise AssertionError(

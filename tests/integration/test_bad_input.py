@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 
@@ -179,10 +179,11 @@ def produce(lake: Lake) -> dict[tuple[str, int, int], Case]:
 
 def allow_large_messages(broker: KafkaBroker, topic: str) -> None:
     admin: AdminClient = broker.admin()
-    resource = ConfigResource(
-        "topic", topic, set_config={"max.message.bytes": str(4 * 1024 * 1024)}
+    entry = ConfigEntry(
+        "max.message.bytes", str(4 * 1024 * 1024), incremental_operation=AlterConfigOpType.SET
     )
-    for future in admin.alter_configs([resource]).values():
+    resource = ConfigResource("topic", topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
 
 

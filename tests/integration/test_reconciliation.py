@@ -95,8 +95,12 @@ def test_bronze_and_silver_reconcile_by_offsets_after_repeated_kill_9(
         driver = lake.service(f"crash-{attempt}", **batches).start()
         try:
             driver.wait_for_log('"event": "running"', timeout=180)
-            # From before the first commit to deep into the stream.
-            time.sleep(rng.uniform(0.5, 25.0))
+            if attempt:  # mid-stream: after some batches, at a random point of the next ones
+                driver.wait_for_log(
+                    '"event": "batch_written"', timeout=300, count=rng.randint(1, 3)
+                )
+            # The first kill may land before any batch commits.
+            time.sleep(rng.uniform(0.5, 10.0))
             assert driver.alive(), driver.log_text()[-3000:]
             driver.kill9()
         finally:
