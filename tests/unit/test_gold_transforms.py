@@ -1,0 +1,137 @@
+"""Gold transforms on static DataFrames: windows, percentiles, enrichment, joins, alerts."""
+
+from __future__ import annotations
+
+import math
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from service.schemas import SILVER_SENSOR_READINGS, SILVER_USERS
+from service.transforms.gold import (
+    alerts,
+    enrich_readings,
+    heart_rate_stats,
+    heart_rate_with_activity,
+    sensor_stats,
+)
+
+T0 = datetime(2026, 11, 21, 12, 0, 0)
+
+
+def readings(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
+    """silver/sensor_readings rows: given fields, the rest null."""
+    names = SILVER_SENSOR_READINGS.fieldNames()
+    lineage = {"kafka_topic": "s", "kafka_partition": 0, "kafka_offset": 0, "ingested_at": T0}
+    full = [
+        tuple({**lineage, "event_date": row["event_time"].date(), **row}.get(n) for n in names)
+        for row in rows
+    ]
+    return spark.createDataFrame(full, SILVER_SENSOR_READINGS)
+
+
+def hr(event_id: str, user_id: int, at: datetime, bpm: float) -> dict[str, Any]:
+    return {"event_id": event_id, "device_id": f"w{user_id}", "user_id": user_id,
+            "sensor_type": "heart_rate", "event_time": at, "value": bpm}  # fmt: skip
+
+
+def acc(
+    event_id: str, user_id: int, at: datetime, magnitude: float, activity: str
+) -> dict[str, Any]:
+    return {"event_id": event_id, "device_id": f"w{user_id}", "user_id": user_id,
+            "sensor_type": "accelerometer", "event_time": at, "magnitude": magnitude,
+            "activity": activity}  # fmt: skip
+
+
+def test_sensor_stats_aggregate_value_or_magnitude_per_device_type_and_minute(
+    spark: SparkSession,
+) -> None:
+    rows = [
+        hr("a", 1, T0 + timedelta(seconds=1), 60.0),
+        hr("b", 1, T0 + timedelta(seconds=59), 80.0),
+        hr("c", 1, T0 + timedelta(seconds=60), 100.0),
+        acc("d", 1, T0 + timedelta(seconds=5), 3.0, "walk"),
+        acc("e", 1, T0 + timedelta(seconds=6), 5.0, "walk"),
+    ]
+    stats = sensor_stats(readings(spark, rows), "1 minute", "10 minutes").collect()
+    actual = {
+        (r.window_start, r.sensor_type): (r["count"], r.avg, r.min, r.max, r.stddev) for r in stats
+    }
+    assert {
+        (T0, "heart_rate"): (2, 70.0, 60.0, 80.0, math.sqrt(200.0)),
+        (T0 + timedelta(minutes=1), "heart_rate"): (1, 100.0, 100.0, 100.0, None),
+        (T0, "accelerometer"): (2, 4.0, 3.0, 5.0, math.sqrt(2.0)),
+    } == actual
+    assert {timedelta(minutes=1)} == {r.window_end - r.window_start for r in stats}
+
+
+def test_heart_rate_stats_slide_every_minute_over_five_minutes_per_user(
+    spark: SparkSession,
+) -> None:
+    rows = [hr(str(i), 7, T0 + timedelta(minutes=2, seconds=i), 60.0 + i) for i in range(20)]
+    rows.append(hr("other", 8, T0, 90.0))
+    stats = heart_rate_stats(readings(spark, rows), "5 minutes", "1 minute", "10 minutes")
+    user7 = sorted(
+        (r.window_start, r["count"], r.p95_bpm) for r in stats.collect() if r.user_id == 7
+    )
+    starts = [T0 + timedelta(minutes=m) for m in (-2, -1, 0, 1, 2)]
+    assert [(s, 20, 78.0) for s in starts] == user7  # p95 of 60..79: the 19th of 20 values
+
+
+def test_enrichment_keeps_unknown_and_deleted_users_with_user_known_false(
+    spark: SparkSession,
+) -> None:
+    users = spark.createDataFrame(
+        [
+            (1, "A", "B", date(1990, 11, 22), "F", "FR", T0, False, None),
+            (2, "C", "D", date(1950, 1, 1), "M", "DE", T0, True, T0),
+        ],
+        SILVER_USERS.fieldNames()[:9],
+    )
+    rows = [hr("known", 1, T0, 70.0), hr("deleted", 2, T0, 70.0), hr("unknown", 3, T0, 70.0)]
+    rows.append({**hr("nobody", 0, T0, 70.0), "user_id": None})
+    enriched = enrich_readings(readings(spark, rows), users).collect()
+    actual = {r.event_id: (r.user_known, r.age, r.age_band, r.gender, r.country) for r in enriched}
+    assert {
+        "known": (True, 35, "30-44", "F", "FR"),  # 36th birthday is tomorrow
+        "deleted": (False, None, None, None, None),
+        "unknown": (False, None, None, None, None),
+        "nobody": (False, None, None, None, None),
+    } == actual
+
+
+def test_heart_rate_joins_every_accelerometer_reading_of_the_user_within_30_seconds(
+    spark: SparkSession,
+) -> None:
+    rows = [
+        hr("h1", 1, T0, 120.0),
+        acc("a-30", 1, T0 - timedelta(seconds=30), 9.0, "bike"),
+        acc("a+10", 1, T0 + timedelta(seconds=10), 11.0, "bike"),
+        acc("a+31", 1, T0 + timedelta(seconds=31), 12.0, "walk"),
+        acc("other-user", 2, T0, 10.0, "sit"),
+    ]
+    pairs = heart_rate_with_activity(readings(spark, rows), "10 minutes", 30).collect()
+    assert [("h1", "a+10", "bike"), ("h1", "a-30", "bike")] == sorted(
+        (r.hr_event_id, r.acc_event_id, r.activity) for r in pairs
+    )
+
+
+@pytest.mark.parametrize("threshold", [180.0, 100.0])
+def test_alerts_flag_high_heart_rate_and_high_temperature_danger(
+    spark: SparkSession, threshold: float
+) -> None:
+    rows = [
+        hr("calm", 1, T0, 90.0),
+        hr("racing", 1, T0, 190.0),
+        {"event_id": "hot", "device_id": "t", "sensor_type": "temperature", "event_time": T0,
+         "value": 40.0, "danger_level": "HIGH"},
+        {"event_id": "warm", "device_id": "t", "sensor_type": "temperature", "event_time": T0,
+         "value": 38.0, "danger_level": "MEDIUM"},
+    ]  # fmt: skip
+    found = {(r.event_id, r.alert_type) for r in alerts(readings(spark, rows), threshold).collect()}
+    expected = {("racing", "heart_rate_high"), ("hot", "temperature_high")}
+    if threshold < 90:
+        expected.add(("calm", "heart_rate_high"))
+    assert expected == found
