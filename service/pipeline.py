@@ -40,7 +40,7 @@ from service.sinks.delta import append_once, ensure_table, table_transactions
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
 from service.transforms.bronze import to_bronze
-from service.transforms.dedup import split_duplicates
+from service.transforms.dedup import mark_duplicates, split_marked
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid, to_quarantine
@@ -188,16 +188,17 @@ def _write_sensors(
         append_once(to_quarantine(invalid), settings.table_uri(QUARANTINE_TABLE), app_id, batch_id)
         readings = to_sensor_readings(valid)
         recent = _recent_readings(bronze, settings)
-        fresh, duplicates = split_duplicates(readings, recent, settings.dedup_horizon_seconds)
-        duplicates = duplicates.persist()
+        # Cached: the silver lookup and its shuffles run once for both outputs.
+        marked = mark_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
+            fresh, duplicates = split_marked(marked)
             duplicate_rows = duplicates.count()
             append_once(
                 duplicates, settings.table_uri("silver/sensor_duplicates"), app_id, batch_id
             )
             append_once(fresh, settings.table_uri("silver/sensor_readings"), app_id, batch_id)
         finally:
-            duplicates.unpersist()
+            marked.unpersist()
     finally:
         parsed.unpersist()
     fresh_rows = rows_in - sum(quarantined.values()) - duplicate_rows

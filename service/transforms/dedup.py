@@ -17,10 +17,10 @@ from service.schemas import SENSOR_DUPLICATES
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 
 
-def split_duplicates(
+def mark_duplicates(
     readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int
-) -> tuple[DataFrame, DataFrame]:
-    """Split ``readings`` into (first sightings, duplicates with the coordinates they repeat).
+) -> DataFrame:
+    """Add ``_original``: the coordinates a reading repeats, null for a first sighting.
 
     ``recent_silver`` is silver/sensor_readings, ideally pruned to the arrival window
     ``[min arrival - horizon, max arrival]`` of ``readings``.
@@ -51,7 +51,7 @@ def split_duplicates(
     )
     # A reading may match several silver rows; keep one row per reading, the earliest match.
     first_match = Window.partitionBy(*_ORDER, "event_id").orderBy(F.col("_seen").asc_nulls_last())
-    classified = (
+    return (
         matched.withColumn("_n", F.row_number().over(first_match))
         .where(F.col("_n") == 1)
         .withColumn(
@@ -60,9 +60,15 @@ def split_duplicates(
                 F.col("_repeat_in_batch"), F.col("_previous")
             ),
         )
+        .select(*readings.columns, "_original")
     )
-    fresh = classified.where(F.col("_original").isNull()).select(*readings.columns)
-    duplicates = classified.where(F.col("_original").isNotNull()).select(
+
+
+def split_marked(marked: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Split `mark_duplicates` output into (first sightings, silver/sensor_duplicates rows)."""
+    columns = [c for c in marked.columns if c != "_original"]
+    fresh = marked.where(F.col("_original").isNull()).select(*columns)
+    duplicates = marked.where(F.col("_original").isNotNull()).select(
         "event_id",
         "kafka_topic",
         "kafka_partition",

@@ -90,7 +90,7 @@ def test_bronze_and_silver_reconcile_by_offsets_after_repeated_kill_9(
     assert categories["users.tombstone"] > 1000 and categories["users.stale_update"] > 1000
 
     rng = random.Random(2026)
-    batches = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "25000"}
+    batches = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "50000"}
     for attempt in range(3):
         driver = lake.service(f"crash-{attempt}", **batches).start()
         try:

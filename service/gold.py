@@ -1,0 +1,186 @@
+"""The gold queries: silver/sensor_readings read as a Delta stream, aggregated or joined.
+
+Kafka is read only by the ingest queries. Each gold query reads silver as a
+stream, applies a pure transform from `service.transforms.gold` (windows and the
+stream-stream join are watermarked, so their state is bounded and each appended
+row is final), and writes its table in ``foreachBatch`` with the same idempotent
+``txnAppId``/``txnVersion`` scheme as ingest. The enrichment joins each
+micro-batch with the silver/users snapshot current when the batch runs (a
+stream-static join made explicit) and records that snapshot's version in
+``users_version``. Alerts are also published to Kafka, after the Delta commit:
+at least once there (a replayed batch publishes again), exactly once in Delta.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from service import checkpoints
+from service.config import Settings
+from service.hadoop_fs import HadoopFiles
+from service.sinks.delta import append_once, table_transactions
+from service.sources.kafka import kafka_client_options
+from service.transforms.gold import (
+    alerts,
+    enrich_readings,
+    heart_rate_stats,
+    heart_rate_with_activity,
+    sensor_stats,
+)
+
+log = structlog.get_logger(__name__)
+
+READINGS = "silver/sensor_readings"
+USERS = "silver/users"
+
+
+@dataclass(frozen=True)
+class GoldQuery:
+    """One gold query: its table and how it turns the silver readings stream into rows."""
+
+    name: str
+    table: str
+    build: Callable[[DataFrame, Settings], DataFrame]
+    # Per micro-batch, before the write (e.g. a join with a table snapshot).
+    per_batch: Callable[[DataFrame, Settings], DataFrame] | None = None
+    # Per micro-batch, after the Delta commit (e.g. publishing to Kafka).
+    after_write: Callable[[DataFrame, Settings], None] | None = None
+
+
+def gold_queries() -> list[GoldQuery]:
+    """Every gold query, in start order."""
+    return [
+        GoldQuery(
+            "gold_sensor_stats_1m",
+            "gold/sensor_stats_1m",
+            lambda r, s: sensor_stats(r, s.stats_window, s.watermark),
+        ),
+        GoldQuery(
+            "gold_heart_rate_5m",
+            "gold/heart_rate_5m",
+            lambda r, s: heart_rate_stats(r, s.heart_rate_window, s.heart_rate_slide, s.watermark),
+        ),
+        GoldQuery(
+            "gold_readings_enriched",
+            "gold/readings_enriched",
+            lambda r, s: r,
+            per_batch=_enrich_with_current_users,
+        ),
+        GoldQuery(
+            "gold_heart_rate_activity",
+            "gold/heart_rate_activity",
+            lambda r, s: heart_rate_with_activity(r, s.watermark, s.join_tolerance_seconds),
+        ),
+        GoldQuery(
+            "gold_alerts",
+            "gold/alerts",
+            lambda r, s: alerts(r, s.alert_heart_rate_bpm),
+            after_write=_publish_alerts,
+        ),
+    ]
+
+
+@dataclass
+class GoldWriter:
+    """The ``foreachBatch`` function of a gold query; knows its app id once started."""
+
+    query: GoldQuery
+    settings: Settings
+    _app_id: str | None = None
+    _app_id_ready: threading.Event = field(default_factory=threading.Event)
+    in_flight: threading.Event = field(default_factory=threading.Event)
+    last_batch_id: int | None = None
+
+    def bind(self, query_id: str) -> None:
+        """Set the txn app id from the started query's (checkpoint-persisted) id."""
+        self._app_id = checkpoints.app_id(self.query.name, query_id)
+        self._app_id_ready.set()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if not self._app_id_ready.wait(timeout=120) or self._app_id is None:
+            raise RuntimeError(f"query {self.query.name} started a batch before it was bound")
+        self.in_flight.set()
+        try:
+            per_batch = self.query.per_batch
+            rows = (per_batch(batch, self.settings) if per_batch else batch).persist()
+            try:
+                count = rows.count()
+                append_once(rows, self.settings.table_uri(self.query.table), self._app_id, batch_id)
+                if self.query.after_write is not None:
+                    self.query.after_write(rows, self.settings)
+            finally:
+                rows.unpersist()
+            self.last_batch_id = batch_id
+            log.info("batch_written", query=self.query.name, batch_id=batch_id, rows_out=count)
+        finally:
+            self.in_flight.clear()
+
+
+def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFrame:
+    """Join ``batch`` with silver/users as of now, pinned to one version for the whole batch."""
+    spark = batch.sparkSession
+    uri = settings.table_uri(USERS)
+    latest = DeltaTable.forPath(spark, uri).history(1).select("version").first()
+    version = int(latest["version"]) if latest is not None else 0
+    users = spark.read.format("delta").option("versionAsOf", version).load(uri)
+    return enrich_readings(batch, users).withColumn("users_version", F.lit(version))
+
+
+def _publish_alerts(rows: DataFrame, settings: Settings) -> None:
+    """Publish alert rows to the alerts topic keyed by ``event_id`` (at least once)."""
+    options = {f"kafka.{k}": v for k, v in kafka_client_options(settings).items()}
+    (
+        rows.select(F.col("event_id").alias("key"), F.to_json(F.struct("*")).alias("value"))
+        .write.format("kafka")
+        .options(**options)
+        .option("topic", settings.alerts_topic)
+        .save()
+    )
+
+
+def checkpoint_uri(settings: Settings, query: GoldQuery) -> str:
+    """Checkpoint location of ``query``."""
+    return f"{settings.checkpoint_uri}/{query.name}"
+
+
+def verify_gold_tables(spark: SparkSession, settings: Settings, query: GoldQuery) -> None:
+    """Refuse a checkpoint whose gold table lost batches, or a new one over an old table."""
+    checkpoint = checkpoints.read_checkpoint(HadoopFiles(spark), checkpoint_uri(settings, query))
+    uri = settings.table_uri(query.table)
+    checkpoints.verify_checkpoint_matches_tables(
+        query.name, checkpoint, {uri: table_transactions(spark, uri)}
+    )
+
+
+def start_gold_query(
+    spark: SparkSession,
+    settings: Settings,
+    query: GoldQuery,
+    writer: GoldWriter,
+    available_now: bool,
+) -> StreamingQuery:
+    """Start ``query`` reading silver/sensor_readings as a stream."""
+    readings = spark.readStream.format("delta").load(settings.table_uri(READINGS))
+    stream = (
+        query.build(readings, settings)
+        .writeStream.queryName(query.name)
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint_uri(settings, query))
+        .foreachBatch(writer)
+    )
+    if available_now:
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
+    started = stream.start()
+    writer.bind(str(started.id))
+    log.info("query_started", query=query.name, id=str(started.id), source=READINGS)
+    return started

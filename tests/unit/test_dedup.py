@@ -1,0 +1,61 @@
+"""mark_duplicates / split_marked: repeats within the horizon dropped, replays never."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from service.schemas import SILVER_SENSOR_READINGS
+from service.transforms.dedup import mark_duplicates, split_marked
+
+T0 = datetime(2026, 11, 21, 12, 0, 0)
+HORIZON = 3600
+
+
+def readings(spark: SparkSession, rows: list[tuple[str, int, int, datetime]]) -> DataFrame:
+    """Readings (event_id, partition, offset, arrival) with everything else filled in."""
+    names = SILVER_SENSOR_READINGS.fieldNames()
+    full = []
+    for event_id, partition, offset, arrival in rows:
+        values: dict[str, Any] = {
+            "event_id": event_id, "device_id": "d", "sensor_type": "heart_rate",
+            "event_time": T0, "value": 70.0, "kafka_topic": "sensors",
+            "kafka_partition": partition, "kafka_offset": offset, "kafka_timestamp": arrival,
+            "ingested_at": arrival, "event_date": T0.date(),
+        }  # fmt: skip
+        full.append(tuple(values.get(n) for n in names))
+    return spark.createDataFrame(full, SILVER_SENSOR_READINGS)
+
+
+def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
+    spark: SparkSession,
+) -> None:
+    silver = readings(
+        spark,
+        [
+            ("seen", 0, 1, T0),  # an earlier batch's reading
+            ("old", 0, 2, T0 - timedelta(hours=2)),  # beyond the horizon of its repeat
+            ("replayed", 1, 7, T0),  # this very record, written before a crash
+        ],
+    )
+    batch = readings(
+        spark,
+        [
+            ("seen", 2, 10, T0 + timedelta(minutes=5)),
+            ("old", 2, 11, T0 + timedelta(minutes=5)),
+            ("replayed", 1, 7, T0),
+            ("twice", 0, 20, T0 + timedelta(minutes=1)),
+            ("twice", 1, 21, T0 + timedelta(minutes=2)),
+            ("new", 2, 12, T0),
+        ],
+    )
+    fresh, duplicates = split_marked(mark_duplicates(batch, silver, HORIZON))
+    assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
+    assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
+        (r.event_id, r.kafka_partition, r.kafka_offset, r.original_kafka_partition,
+         r.original_kafka_offset)
+        for r in duplicates.collect()
+    )  # fmt: skip
+    assert SILVER_SENSOR_READINGS.fieldNames() == fresh.columns
