@@ -18,15 +18,23 @@ MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
 SPARK_POM_HASH := $(shell sha256sum deploy/jvm/spark/pom.xml | cut -c1-16)
 KAFKA_POM_HASH := $(shell sha256sum deploy/jvm/kafka/pom.xml 2>/dev/null | cut -c1-16)
 MINIO_HASH     := $(shell echo $(MINIO_MODULE) | sha256sum | cut -c1-16)
+# Pinned helm, built with `go install` (no binary downloads); used by tests/deploy.
+HELM_VERSION := v3.21.4
+# What helm's own release build stamps in (version, and the Kubernetes version of its
+# k8s.io modules, the default of `helm template`); tests pass --kube-version anyway.
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36 \
+  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
+CHART_DIR    := helm/lakehouse-ingest
 
-.PHONY: help setup venv jars kafka-jars minio run test test-unit test-integration lint typecheck clean
+.PHONY: help setup venv jars kafka-jars minio tools chart-files prometheus run test test-unit test-integration lint typecheck clean
 
 help:
 	@echo "make run    set up everything, start local Kafka + generator + the service (Ctrl-C stops all)"
 	@echo "make test   set up everything and run the whole test suite"
 	@echo "make lint | typecheck | test-unit | test-integration | clean"
 
-setup: venv jars kafka-jars minio
+setup: venv jars kafka-jars minio tools chart-files prometheus
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -53,6 +61,32 @@ $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH):
 	mkdir -p $(LAKEHOUSE_CACHE)/bin
 	GOBIN=$(LAKEHOUSE_CACHE)/bin GOFLAGS=-mod=mod go install $(MINIO_MODULE)
 	touch $@
+
+# hadolint, the Compose-spec and Kubernetes schemas come with the venv (pyproject dev extras).
+tools: $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION)
+$(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION):
+	mkdir -p $(LAKEHOUSE_CACHE)/bin
+	GOBIN=$(LAKEHOUSE_CACHE)/bin CGO_ENABLED=0 GOFLAGS=-mod=mod go install -ldflags "$(HELM_LDFLAGS)" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	touch $@
+
+# Helm reads only files inside the chart: copy the dashboards (deploy/grafana) and the
+# alert rule files (deploy/prometheus, files with top-level `groups:`) into it (git-ignored).
+chart-files:
+	rm -rf $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules
+	mkdir -p $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules
+	if [ -d deploy/grafana ]; then find deploy/grafana -name '*.json' -exec cp {} $(CHART_DIR)/files/dashboards/ \; ; fi
+	if [ -d deploy/prometheus ]; then \
+	  find deploy/prometheus -maxdepth 1 \( -name '*.yml' -o -name '*.yaml' \) -exec grep -l '^groups:' {} + \
+	    | xargs -r cp -t $(CHART_DIR)/files/rules/ ; fi
+
+# Prometheus + promtool from Debian, when missing (needs root). Tests start their own
+# server on a free loopback port with temporary storage, so the package's own service
+# (if the init system starts one) is never used.
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
 run: setup
 	$(PY) deploy/local/run_local.py

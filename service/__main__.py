@@ -1,4 +1,4 @@
-"""Command line: ``lakehouse-ingest run|generate`` (also ``python -m service``)."""
+"""Command line: ``lakehouse-ingest run|status|generate`` (also ``python -m service``)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process what is in Kafka now, then exit 0 (backfills, CronJob mode, tests)",
     )
+    status = commands.add_parser(
+        "status",
+        help="per query: committed offsets vs the broker's (lag), last batch, table versions and "
+        "row counts; works while the driver is down",
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON document")
     gen = commands.add_parser("generate", help="produce synthetic users and sensor readings")
     gen.add_argument("--users", type=int, default=100, help="number of distinct users")
     gen.add_argument("--readings", type=int, help="number of sensor readings (count mode)")
@@ -64,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run the command, map failures to exit codes."""
     args = _parser().parse_args(argv)
     from service.config import load_settings
-    from service.logs import configure_logging
+    from service.logs import configure_logging, secret_values
 
     log = structlog.get_logger("service")
     try:
@@ -72,12 +78,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"lakehouse-ingest: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(settings.log_format, settings.log_level)
+    # `status` prints its report on stdout: its own logs go to stderr.
+    log_stream = sys.stderr if args.command == "status" else sys.stdout
+    configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
         if args.command == "run":
             from service.app import run
 
             return run(settings, available_now=args.available_now)
+        if args.command == "status":
+            from service.status import collect_status, status_spark
+
+            report = collect_status(status_spark(settings), settings)
+            print(report.to_json() if args.json else report.to_text())
+            return 0 if report.ok else EXIT_FAILURE
         from service.generator import GeneratorOptions, generate
 
         if (args.readings is None) == (args.rate is None):

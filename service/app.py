@@ -19,8 +19,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
 from service.errors import QueryFailedError
+from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query, verify_gold_tables
 from service.hadoop_fs import HadoopFiles
-from service.http import serve_http
+from service.http import readiness_verdict, serve_http
+from service.kafka_admin import ensure_topics
 from service.lease import DriverLease
 from service.metrics import IngestMetrics, MetricsListener
 from service.pipeline import (
@@ -35,17 +37,21 @@ from service.spark import build_spark
 log = structlog.get_logger(__name__)
 
 _POLL_SECONDS = 0.5
+# Partitions of the alerts topic when the service has to create it.
+ALERTS_PARTITIONS = 3
 # How long a graceful stop waits for the in-flight micro-batch to finish.
 _GRACEFUL_STOP_SECONDS = 120.0
+# A query silent (no progress, no idle event) for longer than this is stuck in a batch.
+_MIN_PROGRESS_AGE_SECONDS = 120.0
 
 
 @dataclass
 class RunningQuery:
     """A started query with the writer that tells whether a batch is in flight."""
 
-    spec: IngestQuery
+    spec: IngestQuery | GoldQuery
     handle: StreamingQuery
-    writer: BatchWriter
+    writer: BatchWriter | GoldWriter
 
 
 def run(settings: Settings, available_now: bool = False) -> int:
@@ -74,14 +80,37 @@ def run(settings: Settings, available_now: bool = False) -> int:
     lease.acquire()
     lease.start_renewing()
     running: list[RunningQuery] = []
-    server = serve_http(settings.http_port, registry, lambda: _readiness(running))
+
+    def readiness() -> tuple[bool, str]:
+        return _readiness(running, metrics, lease, settings)
+
+    metrics.watch_storage(lambda: lease.record.heartbeat_at)
+    metrics.watch_readiness(readiness)
+    server = serve_http(settings.http_port, registry, readiness)
     try:
+        interval = 0.0 if available_now else settings.trigger_interval_seconds
         for spec in ingest_queries(settings):
+            metrics.query_declared(spec.name, spec.tables(), interval)
             prepare_tables(spark, settings, spec)
+        for gold in _gold(settings):
+            metrics.query_declared(gold.name, (gold.table,), interval)
+            verify_gold_tables(spark, settings, gold)
+        if settings.gold_enabled:
+            ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
         for spec in ingest_queries(settings):
+            if stop_requested.is_set():  # stopped while starting: start nothing more
+                break
             writer = BatchWriter(spec, settings, metrics.batch_written)
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
+        if available_now:  # gold drains what ingest wrote, so ingest drains first
+            _wait(running, stop_requested, lease, available_now)
+        for gold in _gold(settings):
+            if stop_requested.is_set():
+                break
+            gold_writer = GoldWriter(gold, settings)
+            handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
+            running.append(RunningQuery(gold, handle, gold_writer))
         log.info(
             "running",
             queries=[r.spec.name for r in running],
@@ -93,9 +122,12 @@ def run(settings: Settings, available_now: bool = False) -> int:
         _stop_all(running, graceful=False)
         raise
     finally:
-        server.shutdown()
-        lease.release()
-        _shutdown_spark(spark)
+        try:
+            lease.release()
+            _shutdown_spark(spark)
+        finally:
+            # Last, so the final state (queries down, not ready) can still be scraped.
+            server.shutdown()
     log.info("stopped", reason="drained" if available_now else "signal")
     return 0
 
@@ -137,13 +169,24 @@ def _batch_in_progress(query: RunningQuery) -> bool:
     return bool(query.writer.in_flight.is_set() or status.get("isTriggerActive"))
 
 
-def _readiness(running: list[RunningQuery]) -> tuple[bool, str]:
-    if not running:
-        return False, "starting"
-    down = [q.spec.name for q in running if not q.handle.isActive]
-    if down:
-        return False, f"queries not active: {', '.join(down)}"
-    return True, "ok"
+def _readiness(
+    running: list[RunningQuery], metrics: IngestMetrics, lease: DriverLease, settings: Settings
+) -> tuple[bool, str]:
+    expected = [q.name for q in ingest_queries(settings)] + [g.name for g in _gold(settings)]
+    started = {q.spec.name for q in running}
+    if not started.issuperset(expected):
+        return False, f"starting: {len(started)} of {len(expected)} queries started"
+    return readiness_verdict(
+        active={q.spec.name: bool(q.handle.isActive) for q in running},
+        progress_age={q.spec.name: metrics.seconds_since_progress(q.spec.name) for q in running},
+        max_progress_age=max(_MIN_PROGRESS_AGE_SECONDS, 10 * settings.trigger_interval_seconds),
+        storage_age=time.time() - lease.record.heartbeat_at,
+        max_storage_age=settings.lease_ttl_seconds,
+    )
+
+
+def _gold(settings: Settings) -> list[GoldQuery]:
+    return gold_queries() if settings.gold_enabled else []
 
 
 def _shutdown_spark(spark: SparkSession) -> None:

@@ -31,6 +31,7 @@ _AWS_FIELDS = {
     "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
     "aws_region": "AWS_REGION",
 }
+_INTERVAL = r"^\d+ (second|minute|hour)s?$"
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
@@ -87,6 +88,32 @@ class Settings(BaseSettings):
     spark_ui_port: int = Field(default=4040, ge=1, le=65535)
     jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))
     trigger_interval_seconds: float = Field(default=10.0, ge=0)
+    # Spark cluster mode (spark://, k8s://): all optional, unused by local[*].
+    spark_driver_host: str | None = None
+    spark_driver_bind_address: str | None = None
+    spark_driver_port: int | None = Field(default=None, ge=1, le=65535)
+    spark_driver_block_manager_port: int | None = Field(default=None, ge=1, le=65535)
+    spark_executor_memory: str | None = Field(default=None, pattern=r"^\d+[kmgt]?$")
+    spark_executor_cores: int | None = Field(default=None, gt=0)
+    spark_executor_instances: int | None = Field(default=None, gt=0)
+    spark_cores_max: int | None = Field(default=None, gt=0)
+    spark_executor_jars_dir: str | None = None
+    spark_local_dir: str | None = None
+    spark_kubernetes_container_image: str | None = None
+    spark_kubernetes_namespace: str | None = None
+    spark_kubernetes_service_account: str | None = None
+    spark_kubernetes_executor_pod_template: str | None = None
+    spark_extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    # Gold
+    gold_enabled: bool = True
+    watermark: str = Field(default="10 minutes", pattern=_INTERVAL)
+    stats_window: str = Field(default="1 minute", pattern=_INTERVAL)
+    heart_rate_window: str = Field(default="5 minutes", pattern=_INTERVAL)
+    heart_rate_slide: str = Field(default="1 minute", pattern=_INTERVAL)
+    join_tolerance_seconds: int = Field(default=30, gt=0)
+    alert_heart_rate_bpm: float = Field(default=180.0, gt=0)
+    alerts_topic: str = Field(default="alerts", min_length=1)
 
     # Data contract
     max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
@@ -118,6 +145,13 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "kafka_sasl_username: username and password required with SASL protocols"
                 )
+        for key in self.spark_extra_conf:
+            if not key.startswith("spark."):
+                raise ValueError(f"spark_extra_conf: key {key!r} does not start with 'spark.'")
+        if self.spark_master.startswith("k8s://") and not self.spark_kubernetes_container_image:
+            raise ValueError(
+                "spark_kubernetes_container_image: required with a k8s:// Spark master"
+            )
         if self.lease_renew_seconds * 2 > self.lease_ttl_seconds:
             raise ValueError("lease_renew_seconds: must be at most half of lease_ttl_seconds")
         return self

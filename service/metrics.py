@@ -1,58 +1,171 @@
-"""Prometheus metrics, fed by a StreamingQueryListener and by the batch writers."""
+"""Prometheus metrics: the `IngestMetrics` facade, fed by a StreamingQueryListener and the writers.
+
+Every family has the ``lakehouse_ingest_`` prefix, base units and, where it is
+about a query, a ``query`` label (the query name: a handful of values). Spark's
+progress events carry most numbers; what a ``foreachBatch`` writer observes
+(quarantined rows by error code, rows per table, duplicates) comes from its
+`BatchOutcome`. The listener runs on Spark's listener-bus thread, so it only
+parses the event and updates in-memory metrics: no Spark jobs, no I/O.
+
+Freshness: a query with an event-time watermark (gold) is complete up to its
+watermark. The ingest queries have none; they are complete up to the moment
+they last caught up with Kafka: the trigger start of a batch that consumed
+everything the broker had (``maxOffsetsBehindLatest`` = 0, or end offset =
+latest offset), or an idle event (nothing new to read). ``time() -
+lakehouse_ingest_freshness_timestamp_seconds`` is therefore an upper bound of
+how far the tables trail Kafka; unlike the newest record's Kafka timestamp it
+does not flag a quiet topic as stale, and it needs no extra aggregation job.
+"""
 
 from __future__ import annotations
 
+import math
+import platform
+import re
+import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import pyspark
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
 from service.pipeline import BatchOutcome, IngestQuery
+from service.transforms.validation import ERROR_CODES
 
 log = structlog.get_logger(__name__)
 
 PREFIX = "lakehouse_ingest"
-_BATCH_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_BATCH_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_KAFKA_LAG_STATS = ("min", "avg", "max")
+_SUBSCRIPTION = re.compile(r"(?:Subscribe|Assign)\[([^\]]*)\]")
+_JAVA_CLASS = re.compile(r"^\s*(?:\[([A-Z][A-Z0-9_.]*)\]|([\w$.]*(?:Exception|Error)))")
+_LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 
 
 class IngestMetrics:
-    """The service's metric families, registered on ``registry``; intent-named updates."""
+    """The service's metric families on ``registry``, updated through intent-named methods."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_event: dict[str, float] = {}
+        ProcessCollector(namespace=PREFIX, registry=registry)
         self.build_info = Gauge(
             f"{PREFIX}_build_info",
-            "Build information; always 1.",
-            ["version", "spark_version"],
+            "Build information (always 1): service, Spark and Python versions.",
+            ["version", "spark_version", "python_version"],
             registry=registry,
         )
-        self.build_info.labels(service.__version__, pyspark.__version__).set(1)
-        self.input_rows = Counter(
-            f"{PREFIX}_input_rows_total", "Rows read by a query.", ["query"], registry=registry
+        self.build_info.labels(service.__version__, pyspark.__version__, _python_version()).set(1)
+        self.ready = Gauge(
+            f"{PREFIX}_ready",
+            "1 while /readyz answers 200 (every query active and progressing or idle), else 0.",
+            registry=registry,
         )
-        self.batch_duration = Histogram(
-            f"{PREFIX}_batch_duration_seconds",
-            "Wall time of a micro-batch.",
+        self.storage_heartbeat = Gauge(
+            f"{PREFIX}_storage_heartbeat_timestamp_seconds",
+            "Unix time of the last successful write to the checkpoint storage (lease renewal).",
+            registry=registry,
+        )
+        self.trigger_interval = Gauge(
+            f"{PREFIX}_trigger_interval_seconds",
+            "A query's configured trigger interval (0 = as fast as possible, or available-now).",
             ["query"],
-            buckets=_BATCH_BUCKETS,
             registry=registry,
         )
         self.query_up = Gauge(
             f"{PREFIX}_query_up", "1 while a query is active, else 0.", ["query"], registry=registry
         )
+        self.terminations = Counter(
+            f"{PREFIX}_query_terminations_total",
+            "Query terminations by error class (none = a clean stop).",
+            ["query", "error_class"],
+            registry=registry,
+        )
         self.last_progress = Gauge(
             f"{PREFIX}_last_progress_timestamp_seconds",
-            "Unix time of a query's last progress or idle event.",
+            "Unix time of a query's last start, progress or idle event (idle is alive).",
+            ["query"],
+            registry=registry,
+        )
+        self.last_batch_id = Gauge(
+            f"{PREFIX}_last_batch_id",
+            "Id of a query's last completed micro-batch (the checkpoint's batch numbering).",
+            ["query"],
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            f"{PREFIX}_input_rows_total", "Rows read by a query.", ["query"], registry=registry
+        )
+        self.input_rate = Gauge(
+            f"{PREFIX}_input_rows_per_second",
+            "Rate at which rows arrived for a query's last micro-batch.",
+            ["query"],
+            registry=registry,
+        )
+        self.processed_rate = Gauge(
+            f"{PREFIX}_processed_rows_per_second",
+            "Rate at which a query's last micro-batch processed rows.",
+            ["query"],
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            f"{PREFIX}_batch_duration_seconds",
+            "Wall time of a micro-batch (trigger start to progress).",
+            ["query"],
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.phase_seconds = Counter(
+            f"{PREFIX}_trigger_phase_seconds_total",
+            "Time spent in each trigger phase (Spark durationMs: addBatch, walCommit, ...).",
+            ["query", "phase"],
+            registry=registry,
+        )
+        self.kafka_lag = {
+            stat: Gauge(
+                f"{PREFIX}_kafka_{stat}_offsets_behind_latest",
+                f"{stat.capitalize()} over partitions of records not yet read at the end of a "
+                "query's last micro-batch (Spark Kafka source metrics).",
+                ["query", "topic"],
+                registry=registry,
+            )
+            for stat in _KAFKA_LAG_STATS
+        }
+        self.freshness = Gauge(
+            f"{PREFIX}_freshness_timestamp_seconds",
+            "Time up to which a query's output is complete: its event-time watermark "
+            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up).",
+            ["query", "basis"],
+            registry=registry,
+        )
+        self.state_rows = Gauge(
+            f"{PREFIX}_state_rows",
+            "Rows held in a query's state stores (0 for stateless queries).",
+            ["query"],
+            registry=registry,
+        )
+        self.state_memory = Gauge(
+            f"{PREFIX}_state_memory_bytes",
+            "Memory used by a query's state stores.",
+            ["query"],
+            registry=registry,
+        )
+        self.dropped_by_watermark = Counter(
+            f"{PREFIX}_rows_dropped_by_watermark_total",
+            "Late rows dropped by a stateful operator because they were behind the watermark.",
             ["query"],
             registry=registry,
         )
         self.quarantined = Counter(
             f"{PREFIX}_quarantined_rows_total",
-            "Records rejected into silver/quarantine, by input and error code.",
-            ["input", "error_code"],
+            "Records rejected into silver/quarantine, by error code.",
+            ["query", "error_code"],
             registry=registry,
         )
         self.duplicates = Counter(
@@ -64,44 +177,141 @@ class IngestMetrics:
         self.rows_written = Counter(
             f"{PREFIX}_table_rows_written_total",
             "Rows appended or merged into a table.",
-            ["table"],
+            ["query", "table"],
             registry=registry,
         )
 
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def query_declared(
+        self, query: str, tables: Iterable[str] = (), trigger_interval_seconds: float | None = None
+    ) -> None:
+        """Create ``query``'s series at zero, so rates and alerts work from its first row."""
+        if trigger_interval_seconds is not None:
+            self.trigger_interval.labels(query).set(trigger_interval_seconds)
+        for family in (
+            self.query_up,
+            self.input_rows,
+            self.duplicates,
+            self.dropped_by_watermark,
+            self.state_rows,
+            self.state_memory,
+        ):
+            family.labels(query)
+        self.terminations.labels(query, "none")
+        for code in ERROR_CODES:
+            self.quarantined.labels(query, code)
+        for table in tables:
+            self.rows_written.labels(query, table)
+
     def query_started(self, query: str) -> None:
         """Record that ``query`` is running."""
+        self.query_declared(query)
         self.query_up.labels(query).set(1)
-        self.last_progress.labels(query).set(time.time())
+        self._alive(query)
 
-    def batch_completed(self, query: str, input_rows: int, duration_seconds: float) -> None:
-        """Record one finished micro-batch of ``query``."""
-        self.input_rows.labels(query).inc(input_rows)
-        self.batch_duration.labels(query).observe(duration_seconds)
-        self.last_progress.labels(query).set(time.time())
+    def query_idle(self, query: str, watermarked: bool) -> None:
+        """Record that ``query`` is alive with nothing new to read (so caught up with Kafka)."""
+        now = self._alive(query)
+        if not watermarked:
+            self.freshness.labels(query, "caught_up").set(now)
 
-    def query_idle(self, query: str) -> None:
-        """Record that ``query`` is alive with nothing to do."""
-        self.last_progress.labels(query).set(time.time())
-
-    def query_terminated(self, query: str) -> None:
-        """Record that ``query`` stopped."""
+    def query_terminated(self, query: str, error_class: str) -> None:
+        """Record that ``query`` stopped, cleanly (``none``) or with ``error_class``."""
         self.query_up.labels(query).set(0)
+        self.terminations.labels(query, error_class).inc()
+
+    def watch_storage(self, last_write: Callable[[], float]) -> None:
+        """Report ``last_write()`` (unix time of the last successful storage write) at scrape."""
+        self.storage_heartbeat.set_function(last_write)
+
+    def watch_readiness(self, readiness: Callable[[], tuple[bool, str]]) -> None:
+        """Report ``readiness()`` (the /readyz verdict) as a 0/1 gauge at scrape."""
+        self.ready.set_function(lambda: 1.0 if readiness()[0] else 0.0)
+
+    def seconds_since_progress(self, query: str) -> float | None:
+        """Seconds since ``query``'s last start, progress or idle event; None if never seen."""
+        with self._lock:
+            last = self._last_event.get(query)
+        return None if last is None else max(0.0, self._clock() - last)
+
+    def _alive(self, query: str) -> float:
+        now = self._clock()
+        with self._lock:
+            self._last_event[query] = now
+        self.last_progress.labels(query).set(now)
+        return now
+
+    # -- micro-batches -----------------------------------------------------------------------
+
+    def progress_reported(self, progress: Any) -> None:
+        """Record one micro-batch's `StreamingQueryProgress` (Spark's listener event)."""
+        name = progress.name or str(progress.id)
+        self._alive(name)
+        self.last_batch_id.labels(name).set(progress.batchId)
+        self.input_rows.labels(name).inc(max(0, int(progress.numInputRows or 0)))
+        for gauge, value in (
+            (self.input_rate, progress.inputRowsPerSecond),
+            (self.processed_rate, progress.processedRowsPerSecond),
+        ):
+            if (rate := _finite(value)) is not None:
+                gauge.labels(name).set(rate)
+        self.batch_duration.labels(name).observe(max(0, progress.batchDuration) / 1000.0)
+        for phase, millis in (progress.durationMs or {}).items():
+            if (ms := _finite(millis)) is not None and ms >= 0:
+                self.phase_seconds.labels(name, _label(phase)).inc(ms / 1000.0)
+        caught_up = bool(progress.sources)
+        for source in progress.sources:
+            caught_up = self._source_reported(name, source) and caught_up
+        rows = memory = dropped = 0
+        for operator in progress.stateOperators:
+            rows += max(0, int(operator.numRowsTotal))
+            memory += max(0, int(operator.memoryUsedBytes))
+            dropped += max(0, int(operator.numRowsDroppedByWatermark))
+        self.state_rows.labels(name).set(rows)
+        self.state_memory.labels(name).set(memory)
+        self.dropped_by_watermark.labels(name).inc(dropped)
+        watermark = _epoch_seconds((progress.eventTime or {}).get("watermark"))
+        if watermark is not None:
+            if watermark > 0:  # 0 = no event seen yet
+                self.freshness.labels(name, "watermark").set(watermark)
+        elif caught_up and (started := _epoch_seconds(progress.timestamp)) is not None:
+            self.freshness.labels(name, "caught_up").set(started)
+
+    def _source_reported(self, query: str, source: Any) -> bool:
+        """Record a source's Kafka lag; return whether the batch read all it had."""
+        metrics: Mapping[str, str] = source.metrics or {}
+        lag = {
+            stat: _finite(metrics.get(f"{stat}OffsetsBehindLatest")) for stat in _KAFKA_LAG_STATS
+        }
+        if lag["max"] is not None:
+            topic = _topics(source.description)
+            for stat, value in lag.items():
+                if value is not None:
+                    self.kafka_lag[stat].labels(query, topic).set(value)
+            return lag["max"] == 0
+        latest = source.latestOffset
+        return latest not in (None, "None", "null") and latest == source.endOffset
 
     def batch_written(self, query: IngestQuery, outcome: BatchOutcome) -> None:
         """Record what one ingest micro-batch wrote, quarantined and dropped."""
         for table, rows in outcome.rows_written.items():
-            self.rows_written.labels(table).inc(rows)
+            self.rows_written.labels(query.name, table).inc(rows)
         for code, rows in outcome.quarantined.items():
-            self.quarantined.labels(query.kind, code).inc(rows)
+            self.quarantined.labels(query.name, code).inc(rows)
         self.duplicates.labels(query.name).inc(outcome.duplicates)
 
 
 class MetricsListener(StreamingQueryListener):
-    """Feed `IngestMetrics` from query events; never blocks the query."""
+    """Feed `IngestMetrics` from query events; cheap updates only, never blocks the query."""
 
     def __init__(self, metrics: IngestMetrics) -> None:
         self._metrics = metrics
         self._names: dict[str, str] = {}
+        self._watermarked: set[str] = set()
+
+    def _name(self, query_id: Any) -> str:
+        return self._names.get(str(query_id), str(query_id))
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's callback names
         name = event.name or str(event.id)
@@ -111,25 +321,83 @@ class MetricsListener(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         progress = event.progress
         name = progress.name or str(progress.id)
-        duration = progress.batchDuration / 1000.0
-        self._metrics.batch_completed(name, int(progress.numInputRows), duration)
-        log.info(
+        self._names.setdefault(str(progress.id), name)
+        if "watermark" in (progress.eventTime or {}):
+            self._watermarked.add(name)
+        try:
+            self._metrics.progress_reported(progress)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            # A malformed event must not fail Spark's listener bus; say so, and go on.
+            log.exception("progress_metrics_failed", query=name, batch_id=progress.batchId)
+        log.debug(
             "query_progress",
             query=name,
             batch_id=progress.batchId,
             input_rows=progress.numInputRows,
-            input_rows_per_second=round(progress.inputRowsPerSecond, 1),
-            processed_rows_per_second=round(progress.processedRowsPerSecond, 1),
             batch_duration_ms=progress.batchDuration,
+            duration_ms=dict(progress.durationMs or {}),
+            sources=[dict(s.metrics or {}) for s in progress.sources],
         )
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-        self._metrics.query_idle(self._names.get(str(event.id), str(event.id)))
+        name = self._name(event.id)
+        self._metrics.query_idle(name, watermarked=name in self._watermarked)
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        name = self._names.get(str(event.id), str(event.id))
-        self._metrics.query_terminated(name)
+        name = self._name(event.id)
+        error_class = termination_error_class(event.exception, event.errorClassOnException)
+        self._metrics.query_terminated(name, error_class)
         if event.exception:
-            log.error("query_terminated", query=name, error=event.exception)
+            message, _, stack = str(event.exception).partition("\n")
+            log.error(
+                "query_terminated",
+                query=name,
+                error_class=error_class,
+                error=message,
+                stack_trace=stack.splitlines(),
+            )
         else:
             log.info("query_terminated", query=name)
+
+
+def termination_error_class(exception: str | None, error_class: str | None) -> str:
+    """A low-cardinality label for why a query ended: Spark's error class, else the exception."""
+    if not exception:
+        return "none"
+    if error_class:
+        return _label(error_class)
+    match = _JAVA_CLASS.match(exception)
+    if match is None:
+        return "unknown"
+    return _label((match.group(1) or match.group(2)).rsplit(".", 1)[-1])
+
+
+def _topics(description: str | None) -> str:
+    match = _SUBSCRIPTION.search(description or "")
+    return _label(match.group(1)) if match else "unknown"
+
+
+def _label(text: str) -> str:
+    return _LABEL_SAFE.sub("_", text)[:100]
+
+
+def _finite(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _epoch_seconds(timestamp: str | None) -> float | None:
+    """Unix seconds of Spark's ISO-8601 UTC timestamps (``2024-05-01T12:00:00.000Z``)."""
+    if not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _python_version() -> str:
+    return platform.python_version()

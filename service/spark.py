@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.errors import ConfigError
+from service.logs import jvm_log_config
 
 # Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
 # missing `make jars` fails with a hint instead of a ClassNotFoundException later.
@@ -47,7 +48,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     conf = {
         "spark.master": settings.spark_master,
         "spark.app.name": "lakehouse-ingest",
-        "spark.jars": ",".join(jars),
+        **_classpath_conf(settings, jars),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -74,13 +75,65 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             settings.aws_endpoint_url.startswith("https://")
         ).lower()
+    conf.update(cluster_conf(settings))
+    return conf
+
+
+def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:
+    """Add the jars to the driver's and executors' user classpath (after Spark's own).
+
+    Without ``spark_executor_jars_dir`` the driver serves its jars to every executor:
+    right for local[*]. With it, ``local:`` URIs name the same jars at that path on
+    every host (baked into the image, or a worker's cache), so a new executor does not
+    first download the ~560 MB AWS SDK bundle from the driver. Never extraClassPath:
+    that would put the bundle's unshaded netty and slf4j 1.x ahead of Spark's.
+    """
+    if settings.spark_executor_jars_dir is None:
+        return {"spark.jars": ",".join(jars)}
+    directory = settings.spark_executor_jars_dir.rstrip("/")
+    return {"spark.jars": ",".join(f"local:{directory}/{Path(jar).name}" for jar in jars)}
+
+
+def cluster_conf(settings: Settings) -> dict[str, str]:
+    """Return the executor-side settings for a cluster master (spark://, k8s://).
+
+    Only the settings that are set appear; ``spark_extra_conf`` comes last and wins.
+    """
+    optional: dict[str, str | int | None] = {
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_bind_address,
+        "spark.driver.port": settings.spark_driver_port,
+        "spark.driver.blockManager.port": settings.spark_driver_block_manager_port,
+        "spark.executor.memory": settings.spark_executor_memory,
+        "spark.executor.cores": settings.spark_executor_cores,
+        "spark.executor.instances": settings.spark_executor_instances,
+        "spark.cores.max": settings.spark_cores_max,
+        "spark.local.dir": settings.spark_local_dir,
+        "spark.kubernetes.container.image": settings.spark_kubernetes_container_image,
+        "spark.kubernetes.namespace": settings.spark_kubernetes_namespace,
+        "spark.kubernetes.authenticate.driver.serviceAccountName": (
+            settings.spark_kubernetes_service_account
+        ),
+        "spark.kubernetes.executor.podTemplateFile": (
+            settings.spark_kubernetes_executor_pod_template
+        ),
+    }
+    conf = {key: str(value) for key, value in optional.items() if value is not None}
+    conf.update(settings.spark_extra_conf)
     return conf
 
 
 def build_spark(settings: Settings) -> SparkSession:
     """Create (or return) the process's SparkSession configured for ``settings``."""
+    conf = spark_conf(settings)
+    # The driver JVM logs JSON lines to stdout like the Python side (service/logs.py).
+    log_config = jvm_log_config(settings.log_format, settings.log_level)
+    java_options = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = (
+        f"{java_options} -Dlog4j2.configurationFile=file:{log_config}".strip()
+    )
     builder = SparkSession.builder
-    for key, value in spark_conf(settings).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,437 @@
+"""The ``status`` verb: what each query committed, how far Kafka is ahead, what the tables hold.
+
+It reads only durable state, so it works while the driver is down: each query's
+checkpoint (``offsets/`` and ``commits/`` logs, through Hadoop's FileSystem like
+`service.checkpoints`), the broker's latest offsets (librdkafka watermarks),
+the driver lease and each Delta table's latest commit and row count. It
+writes nothing and takes no lease, so it is safe next to a running driver.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from service.config import Settings
+from service.gold import gold_queries
+from service.hadoop_fs import HadoopFiles
+from service.kafka_admin import librdkafka_config
+from service.logs import jvm_log_config
+from service.pipeline import IngestQuery, checkpoint_uri, ingest_queries
+from service.spark import spark_conf
+
+_KAFKA_TIMEOUT_SECONDS = 10.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One Kafka partition: the next offset the checkpoint will read vs the broker's end."""
+
+    partition: int
+    committed: int | None
+    latest: int | None
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class CheckpointLog:
+    """What a query's checkpoint says about its last committed micro-batch."""
+
+    query_id: str | None = None
+    last_committed_batch: int | None = None
+    last_batch_time: str | None = None
+    committed_at: str | None = None
+    planned_batch: int | None = None
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueryStatus:
+    """One ingest query: its checkpoint's progress and its Kafka lag."""
+
+    query: str
+    topic: str
+    checkpoint: str
+    query_id: str | None
+    last_committed_batch: int | None
+    last_batch_time: str | None
+    committed_at: str | None
+    planned_batch: int | None
+    lag: int | None
+    partitions: list[PartitionStatus]
+    errors: list[str]
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One Delta table: its latest version and commit, and how many rows it holds."""
+
+    table: str
+    uri: str
+    exists: bool
+    version: int | None = None
+    last_commit_time: str | None = None
+    last_operation: str | None = None
+    rows: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """The driver lease: who runs the lakehouse, and how recently it said so."""
+
+    held: bool
+    host: str | None = None
+    pid: int | None = None
+    heartbeat_age_seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything `lakehouse-ingest status` reports."""
+
+    storage_root: str
+    checkpoint_root: str
+    generated_at: str
+    lease: LeaseStatus
+    queries: list[QueryStatus]
+    tables: list[TableStatus]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every part could be read."""
+        return not any(q.errors for q in self.queries) and not any(t.error for t in self.tables)
+
+    def to_json(self) -> str:
+        """The status as one JSON document."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    def to_text(self) -> str:
+        """The status as readable tables."""
+        lines = [
+            f"storage     {self.storage_root}",
+            f"checkpoints {self.checkpoint_root}",
+            f"driver      {_lease_text(self.lease)}",
+            "",
+        ]
+        lines += _columns(
+            ("QUERY", "TOPIC", "LAST BATCH", "BATCH STARTED (UTC)", "COMMITTED", "LATEST", "LAG"),
+            [
+                (
+                    q.query,
+                    q.topic,
+                    _text(q.last_committed_batch)
+                    + (f" (+{q.planned_batch} planned)" if q.planned_batch is not None else ""),
+                    _text(q.last_batch_time),
+                    _text(_total(p.committed for p in q.partitions)),
+                    _text(_total(p.latest for p in q.partitions)),
+                    _text(q.lag),
+                )
+                for q in self.queries
+            ],
+        )
+        for q in self.queries:
+            lines += [f"  {q.query}: {e}" for e in q.errors]
+        lines.append("")
+        lines += _columns(
+            ("TABLE", "VERSION", "ROWS", "LAST COMMIT (UTC)", "OPERATION"),
+            [
+                (
+                    t.table,
+                    _text(t.version),
+                    _text(t.rows),
+                    _text(t.last_commit_time),
+                    t.last_operation or ("(no table)" if not t.exists else "-"),
+                )
+                for t in self.tables
+            ],
+        )
+        lines += [f"  {t.table}: {t.error}" for t in self.tables if t.error]
+        return "\n".join(lines)
+
+
+def collect_status(spark: SparkSession, settings: Settings) -> Status:
+    """Read checkpoints, broker offsets, the lease and the tables of ``settings``."""
+    files = HadoopFiles(spark)
+    queries = ingest_queries(settings)
+    latest = broker_offsets(settings, [q.topic for q in queries])
+    modified = _modification_time(spark)
+    query_status = [
+        _query_status(files, modified, settings, q, latest.get(q.topic), latest.get("_error"))
+        for q in queries
+    ]
+    tables = list(dict.fromkeys(t for q in queries for t in q.tables()))
+    for gold in gold_queries() if settings.gold_enabled else []:
+        query_status.append(
+            _gold_status(files, modified, f"{settings.checkpoint_uri}/{gold.name}", gold.name)
+        )
+        tables.append(gold.table)
+    return Status(
+        storage_root=settings.storage_uri,
+        checkpoint_root=settings.checkpoint_uri,
+        generated_at=_iso(time.time()),
+        lease=_lease_status(files, f"{settings.checkpoint_uri}/_driver_lease.json"),
+        queries=query_status,
+        tables=[table_status(spark, t, settings.table_uri(t)) for t in tables],
+    )
+
+
+def read_checkpoint_log(
+    files: Any, uri: str, modified: Callable[[str], float | None] = lambda _: None
+) -> CheckpointLog:
+    """Read a checkpoint's id, last committed batch, its offsets and its trigger time.
+
+    ``files`` is a `HadoopFiles` (or any object with its ``read_text`` and
+    ``list_names``); ``modified`` gives a file's modification time. Offsets are
+    Spark's offset-log lines: ``v1``, batch metadata, then one JSON line per
+    source (Kafka: ``{topic: {partition: next offset}}``).
+    """
+    metadata = files.read_text(f"{uri}/metadata")
+    query_id = json.loads(metadata)["id"] if metadata else None
+    commits = sorted(int(n) for n in files.list_names(f"{uri}/commits") if n.isdigit())
+    planned = sorted(int(n) for n in files.list_names(f"{uri}/offsets") if n.isdigit())
+    if not commits:
+        return CheckpointLog(query_id, planned_batch=planned[-1] if planned else None)
+    last = commits[-1]
+    text = files.read_text(f"{uri}/offsets/{last}") or ""
+    lines = text.splitlines()
+    batch_meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    offsets: dict[str, dict[int, int]] = {}
+    for line in lines[2:]:
+        source = json.loads(line) if line.strip() not in ("", "-") else None
+        if not isinstance(source, dict):
+            continue
+        for topic, by_partition in source.items():  # Kafka's shape; other sources are skipped
+            if isinstance(by_partition, dict) and all(str(p).isdigit() for p in by_partition):
+                offsets[topic] = {int(p): int(o) for p, o in by_partition.items()}
+    stamp = batch_meta.get("batchTimestampMs")
+    committed_at = modified(f"{uri}/commits/{last}")
+    return CheckpointLog(
+        query_id=query_id,
+        last_committed_batch=last,
+        last_batch_time=_iso(stamp / 1000.0) if isinstance(stamp, int | float) else None,
+        committed_at=_iso(committed_at) if committed_at is not None else None,
+        planned_batch=planned[-1] if planned and planned[-1] > last else None,
+        offsets=offsets,
+    )
+
+
+def partition_lag(
+    committed: Mapping[int, int], watermarks: Mapping[int, tuple[int, int]] | None
+) -> list[PartitionStatus]:
+    """Per partition: committed (next to read) vs latest; unread partitions lag from the start."""
+    partitions = sorted(set(committed) | set(watermarks or {}))
+    result = []
+    for p in partitions:
+        low_high = (watermarks or {}).get(p)
+        latest = low_high[1] if low_high else None
+        start = committed.get(p, low_high[0] if low_high else None)
+        lag = max(0, latest - start) if latest is not None and start is not None else None
+        result.append(PartitionStatus(p, committed.get(p), latest, lag))
+    return result
+
+
+def broker_offsets(settings: Settings, topics: Sequence[str]) -> dict[str, Any]:
+    """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable."""
+    consumer = Consumer(
+        {
+            **librdkafka_config(settings),
+            "group.id": "lakehouse-ingest-status",
+            "enable.auto.commit": False,
+        }
+    )
+    result: dict[str, Any] = {}
+    try:
+        for topic in topics:
+            metadata = consumer.list_topics(topic, timeout=_KAFKA_TIMEOUT_SECONDS)
+            described = metadata.topics.get(topic)
+            if described is None or described.error is not None:
+                result[topic] = {}
+                continue
+            result[topic] = {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=_KAFKA_TIMEOUT_SECONDS
+                )
+                for p in sorted(described.partitions)
+            }
+    except KafkaException as e:
+        result["_error"] = f"Kafka unreachable: {e}"
+    finally:
+        consumer.close()
+    return result
+
+
+def table_status(spark: SparkSession, name: str, uri: str) -> TableStatus:
+    """The latest version, commit and row count of the Delta table at ``uri``."""
+    try:
+        if not DeltaTable.isDeltaTable(spark, uri):
+            return TableStatus(name, uri, exists=False)
+        last = DeltaTable.forPath(spark, uri).history(1).collect()[0]
+        rows = spark.read.format("delta").load(uri).count()
+    except (Py4JJavaError, PySparkException) as e:
+        return TableStatus(name, uri, exists=True, error=_first_line(e))
+    return TableStatus(
+        name,
+        uri,
+        exists=True,
+        version=int(last["version"]),
+        last_commit_time=last["timestamp"].replace(tzinfo=UTC).isoformat(),
+        last_operation=str(last["operation"]),
+        rows=int(rows),
+    )
+
+
+def status_spark(settings: Settings) -> SparkSession:
+    """A small local SparkSession for reading (no UI; JVM logs on stderr, errors only)."""
+    small = settings.model_copy(
+        update={"spark_master": "local[1]", "spark_ui_enabled": False, "spark_driver_memory": "1g"}
+    )
+    conf = spark_conf(small)
+    log_config = jvm_log_config(settings.log_format, "ERROR", target="SYSTEM_ERR")
+    java_options = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = (
+        f"{java_options} -Dlog4j2.configurationFile=file:{log_config}".strip()
+    )
+    conf["spark.app.name"] = "lakehouse-ingest-status"
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _query_status(
+    files: HadoopFiles,
+    modified: Callable[[str], float | None],
+    settings: Settings,
+    query: IngestQuery,
+    watermarks: Mapping[int, tuple[int, int]] | None,
+    kafka_error: str | None,
+) -> QueryStatus:
+    uri = checkpoint_uri(settings, query)
+    errors = [kafka_error] if kafka_error else []
+    log = _guarded(lambda: read_checkpoint_log(files, uri, modified), errors, CheckpointLog())
+    partitions = partition_lag(log.offsets.get(query.topic, {}), watermarks)
+    lags = [p.lag for p in partitions]
+    return QueryStatus(
+        query=query.name,
+        topic=query.topic,
+        checkpoint=uri,
+        query_id=log.query_id,
+        last_committed_batch=log.last_committed_batch,
+        last_batch_time=log.last_batch_time,
+        committed_at=log.committed_at,
+        planned_batch=log.planned_batch,
+        lag=None if not lags or None in lags else sum(x for x in lags if x is not None),
+        partitions=partitions,
+        errors=errors,
+    )
+
+
+def _gold_status(
+    files: HadoopFiles, modified: Callable[[str], float | None], uri: str, name: str
+) -> QueryStatus:
+    """A gold query reads silver (Delta), not Kafka: its checkpoint, and no Kafka lag."""
+    errors: list[str] = []
+    log = _guarded(lambda: read_checkpoint_log(files, uri, modified), errors, CheckpointLog())
+    return QueryStatus(
+        query=name,
+        topic="-",
+        checkpoint=uri,
+        query_id=log.query_id,
+        last_committed_batch=log.last_committed_batch,
+        last_batch_time=log.last_batch_time,
+        committed_at=log.committed_at,
+        planned_batch=log.planned_batch,
+        lag=None,
+        partitions=[],
+        errors=errors,
+    )
+
+
+def _lease_status(files: HadoopFiles, uri: str) -> LeaseStatus:
+    try:
+        text = files.read_text(uri)
+    except Py4JJavaError as e:
+        return LeaseStatus(held=False, error=_first_line(e))
+    if not text:
+        return LeaseStatus(held=False)
+    record = json.loads(text)
+    return LeaseStatus(
+        held=True,
+        host=record.get("host"),
+        pid=record.get("pid"),
+        heartbeat_age_seconds=round(time.time() - float(record.get("heartbeat_at", 0)), 1),
+    )
+
+
+def _modification_time(spark: SparkSession) -> Callable[[str], float | None]:
+    """A function giving a file's modification time (unix seconds) through Hadoop."""
+    jvm: Any = spark.sparkContext._jvm
+    conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def modified(uri: str) -> float | None:
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        try:
+            return float(path.getFileSystem(conf).getFileStatus(path).getModificationTime()) / 1e3
+        except Py4JJavaError:
+            return None
+
+    return modified
+
+
+def _guarded(read: Callable[[], T], errors: list[str], default: T) -> T:
+    try:
+        return read()
+    except (Py4JJavaError, ValueError, KeyError) as e:
+        errors.append(f"checkpoint unreadable: {_first_line(e)}")
+        return default
+
+
+def _lease_text(lease: LeaseStatus) -> str:
+    if lease.error:
+        return f"unknown ({lease.error})"
+    if not lease.held:
+        return "no driver holds the lease (stopped cleanly, or never started)"
+    return f"lease held by {lease.host} pid {lease.pid}, renewed {lease.heartbeat_age_seconds}s ago"
+
+
+def _columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    table = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table
+    ]
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    items = list(values)
+    if not items or any(v is None for v in items):
+        return None
+    return sum(v for v in items if v is not None)
+
+
+def _text(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _iso(unix_seconds: float) -> str:
+    return datetime.fromtimestamp(unix_seconds, UTC).isoformat(timespec="seconds")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__

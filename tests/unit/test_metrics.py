@@ -1,0 +1,357 @@
+"""The metrics listener, fed with listener events recorded from real Spark queries."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from prometheus_client import CollectorRegistry, generate_latest
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from service.metrics import IngestMetrics, MetricsListener, termination_error_class
+from service.pipeline import BatchOutcome, IngestQuery
+from service.transforms.validation import ERROR_CODES
+
+PROGRESS = Path(__file__).parent / "progress"
+SENSORS = {"query": "ingest_sensors"}
+GOLD = {"query": "gold_sensor_stats_1m"}
+
+
+def recorded(name: str) -> dict[str, Any]:
+    """A recorded listener event (tests/unit/progress/record.py)."""
+    event: dict[str, Any] = json.loads((PROGRESS / name).read_text())
+    return event
+
+
+def epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+class Clock:
+    """A settable clock for the metrics' notion of now."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry, clock: Clock) -> IngestMetrics:
+    return IngestMetrics(registry, clock=clock)
+
+
+@pytest.fixture
+def listener(metrics: IngestMetrics) -> MetricsListener:
+    listener = MetricsListener(metrics)
+    listener.onQueryStarted(QueryStartedEvent.fromJson(recorded("started.json")))
+    return listener
+
+
+def progress(listener: MetricsListener, name: str) -> None:
+    listener.onQueryProgress(QueryProgressEvent.fromJson(recorded(name)))
+
+
+def test_started_query_is_up_with_zero_series(
+    registry: CollectorRegistry, listener: MetricsListener, clock: Clock
+) -> None:
+    assert 1.0 == registry.get_sample_value("lakehouse_ingest_query_up", SENSORS)
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_last_progress_timestamp_seconds", SENSORS
+    )
+    assert 0.0 == registry.get_sample_value("lakehouse_ingest_input_rows_total", SENSORS)
+    assert 0.0 == registry.get_sample_value("lakehouse_ingest_state_rows", SENSORS)
+    assert 0.0 == registry.get_sample_value(
+        "lakehouse_ingest_query_terminations_total", {**SENSORS, "error_class": "none"}
+    )
+
+
+def test_kafka_source_metrics_become_lag_gauges_per_topic(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    progress(listener, "kafka_lagging.json")
+
+    labels = {**SENSORS, "topic": "sensors"}
+    for stat in ("min", "avg", "max"):
+        name = f"lakehouse_ingest_kafka_{stat}_offsets_behind_latest"
+        assert 60.0 == registry.get_sample_value(name, labels)
+
+
+def test_progress_counts_rows_and_times_the_batch_and_its_phases(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    progress(listener, "kafka_lagging.json")
+    progress(listener, "kafka_caught_up.json")
+
+    assert 180.0 == registry.get_sample_value("lakehouse_ingest_input_rows_total", SENSORS)
+    assert 2.0 == registry.get_sample_value(
+        "lakehouse_ingest_batch_duration_seconds_count", SENSORS
+    )
+    assert pytest.approx(17.670 + 1.679) == registry.get_sample_value(
+        "lakehouse_ingest_batch_duration_seconds_sum", SENSORS
+    )
+    assert pytest.approx(12.744 + 1.220) == registry.get_sample_value(
+        "lakehouse_ingest_trigger_phase_seconds_total", {**SENSORS, "phase": "addBatch"}
+    )
+    assert pytest.approx(0.152 + 0.089) == registry.get_sample_value(
+        "lakehouse_ingest_trigger_phase_seconds_total", {**SENSORS, "phase": "walCommit"}
+    )
+    assert pytest.approx(24.742268) == registry.get_sample_value(
+        "lakehouse_ingest_input_rows_per_second", SENSORS
+    )
+    assert pytest.approx(35.735557) == registry.get_sample_value(
+        "lakehouse_ingest_processed_rows_per_second", SENSORS
+    )
+    assert 2.0 == registry.get_sample_value("lakehouse_ingest_last_batch_id", SENSORS)
+
+
+def test_freshness_advances_only_when_a_batch_caught_up_with_kafka(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    caught_up = {**SENSORS, "basis": "caught_up"}
+    progress(listener, "kafka_lagging.json")
+    assert (
+        registry.get_sample_value("lakehouse_ingest_freshness_timestamp_seconds", caught_up) is None
+    )
+
+    progress(listener, "kafka_caught_up.json")
+
+    started = recorded("kafka_caught_up.json")["progress"]["timestamp"]
+    assert epoch(started) == registry.get_sample_value(
+        "lakehouse_ingest_freshness_timestamp_seconds", caught_up
+    )
+
+
+def test_idle_query_is_alive_and_caught_up(
+    registry: CollectorRegistry, metrics: IngestMetrics, listener: MetricsListener, clock: Clock
+) -> None:
+    clock.now += 500
+    assert 500.0 == metrics.seconds_since_progress("ingest_sensors")
+
+    listener.onQueryIdle(QueryIdleEvent.fromJson(recorded("idle.json")))
+
+    assert 0.0 == metrics.seconds_since_progress("ingest_sensors")
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_last_progress_timestamp_seconds", SENSORS
+    )
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_freshness_timestamp_seconds", {**SENSORS, "basis": "caught_up"}
+    )
+    assert 1.0 == registry.get_sample_value("lakehouse_ingest_query_up", SENSORS)
+
+
+def test_termination_with_error_marks_query_down_by_error_class(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        listener.onQueryTerminated(
+            QueryTerminatedEvent.fromJson(recorded("terminated_with_error.json"))
+        )
+
+    assert 0.0 == registry.get_sample_value("lakehouse_ingest_query_up", SENSORS)
+    assert 1.0 == registry.get_sample_value(
+        "lakehouse_ingest_query_terminations_total",
+        {**SENSORS, "error_class": "FOREACH_BATCH_USER_FUNCTION_ERROR"},
+    )
+    [line] = logs
+    assert ("query_terminated", "error") == (line["event"], line["log_level"])
+    assert "FOREACH_BATCH_USER_FUNCTION_ERROR" == line["error_class"]
+    assert line["error"].startswith("py4j.Py4JException")
+    assert any("simulated sink failure" in frame for frame in line["stack_trace"])
+
+
+def test_clean_termination_counts_as_error_class_none(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    event = {**recorded("terminated_with_error.json"), "exception": None}
+    event["errorClassOnException"] = None
+
+    listener.onQueryTerminated(QueryTerminatedEvent.fromJson(event))
+
+    assert 1.0 == registry.get_sample_value(
+        "lakehouse_ingest_query_terminations_total", {**SENSORS, "error_class": "none"}
+    )
+    assert 0.0 == registry.get_sample_value("lakehouse_ingest_query_up", SENSORS)
+
+
+def test_watermarked_query_reports_state_late_rows_and_watermark_freshness(
+    registry: CollectorRegistry, listener: MetricsListener, clock: Clock
+) -> None:
+    event = recorded("watermark_dropped_late_rows.json")
+    progress(listener, "watermark_dropped_late_rows.json")
+
+    assert 2.0 == registry.get_sample_value("lakehouse_ingest_state_rows", GOLD)
+    assert 8544.0 == registry.get_sample_value("lakehouse_ingest_state_memory_bytes", GOLD)
+    assert 1.0 == registry.get_sample_value(
+        "lakehouse_ingest_rows_dropped_by_watermark_total", GOLD
+    )
+    watermark = epoch(event["progress"]["eventTime"]["watermark"])
+    assert watermark == registry.get_sample_value(
+        "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "watermark"}
+    )
+    # Idle does not move a watermark: no caught_up freshness for a watermarked query.
+    idle = {**recorded("idle.json"), "id": event["progress"]["id"]}
+    listener.onQueryIdle(QueryIdleEvent.fromJson(idle))
+    assert (
+        registry.get_sample_value(
+            "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "caught_up"}
+        )
+        is None
+    )
+
+
+def test_batch_outcome_counts_quarantine_by_code_rows_per_table_and_duplicates(
+    registry: CollectorRegistry, metrics: IngestMetrics
+) -> None:
+    query = IngestQuery("ingest_sensors", "sensors", "sensors")
+    outcome = BatchOutcome(
+        rows_in=100,
+        quarantined={"malformed_json": 3, "out_of_range": 2},
+        rows_written={"bronze/sensors": 100, "silver/quarantine": 5, "silver/sensor_readings": 94},
+        duplicates=1,
+    )
+
+    metrics.batch_written(query, outcome)
+    metrics.batch_written(query, outcome)
+
+    def quarantined(code: str) -> float | None:
+        labels = {**SENSORS, "error_code": code}
+        return registry.get_sample_value("lakehouse_ingest_quarantined_rows_total", labels)
+
+    assert (6.0, 4.0) == (quarantined("malformed_json"), quarantined("out_of_range"))
+    assert 188.0 == registry.get_sample_value(
+        "lakehouse_ingest_table_rows_written_total",
+        {**SENSORS, "table": "silver/sensor_readings"},
+    )
+    assert 2.0 == registry.get_sample_value("lakehouse_ingest_duplicates_dropped_total", SENSORS)
+
+
+def test_declared_query_has_every_error_code_table_and_trigger_interval(
+    registry: CollectorRegistry, metrics: IngestMetrics
+) -> None:
+    query = IngestQuery("ingest_users", "users", "users")
+
+    metrics.query_declared(query.name, query.tables(), 10.0)
+
+    users = {"query": "ingest_users"}
+    for code in ERROR_CODES:
+        labels = {**users, "error_code": code}
+        assert 0.0 == registry.get_sample_value("lakehouse_ingest_quarantined_rows_total", labels)
+    for table in query.tables():
+        labels = {**users, "table": table}
+        assert 0.0 == registry.get_sample_value("lakehouse_ingest_table_rows_written_total", labels)
+    assert 10.0 == registry.get_sample_value("lakehouse_ingest_trigger_interval_seconds", users)
+    assert 0.0 == registry.get_sample_value("lakehouse_ingest_query_up", users)
+
+
+def test_malformed_progress_is_logged_and_does_not_raise(
+    registry: CollectorRegistry, listener: MetricsListener
+) -> None:
+    event = recorded("kafka_caught_up.json")
+    event["progress"]["stateOperators"] = [
+        {**recorded("watermark_dropped_late_rows.json")["progress"]["stateOperators"][0]}
+    ]
+    parsed = QueryProgressEvent.fromJson(event)
+    parsed.progress.stateOperators[0]["numRowsTotal"] = "not a number"
+
+    with structlog.testing.capture_logs() as logs:
+        listener.onQueryProgress(parsed)
+
+    assert "progress_metrics_failed" in [line["event"] for line in logs]
+
+
+def test_build_info_and_process_start_time_are_exported(registry: CollectorRegistry) -> None:
+    IngestMetrics(registry)
+
+    text = generate_latest(registry).decode()
+
+    assert "lakehouse_ingest_build_info{" in text
+    assert registry.get_sample_value("lakehouse_ingest_process_start_time_seconds") is not None
+
+
+def test_storage_heartbeat_and_readiness_are_read_at_scrape(
+    registry: CollectorRegistry, metrics: IngestMetrics
+) -> None:
+    state = {"ready": True, "heartbeat": 100.0}
+    metrics.watch_storage(lambda: state["heartbeat"])
+    metrics.watch_readiness(lambda: (bool(state["ready"]), "detail"))
+
+    assert (1.0, 100.0) == (
+        registry.get_sample_value("lakehouse_ingest_ready"),
+        registry.get_sample_value("lakehouse_ingest_storage_heartbeat_timestamp_seconds"),
+    )
+    state.update(ready=False, heartbeat=160.0)
+    assert (0.0, 160.0) == (
+        registry.get_sample_value("lakehouse_ingest_ready"),
+        registry.get_sample_value("lakehouse_ingest_storage_heartbeat_timestamp_seconds"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("exception", "error_class", "expected"),
+    [
+        (None, None, "none"),
+        ("boom", "FOREACH_BATCH_USER_FUNCTION_ERROR", "FOREACH_BATCH_USER_FUNCTION_ERROR"),
+        (
+            "org.apache.hadoop.fs.s3a.AWSClientIOException: getFileStatus",
+            None,
+            "AWSClientIOException",
+        ),
+        ("[STREAM_FAILED] Query [id = 1] terminated with exception", None, "STREAM_FAILED"),
+        ("something odd happened", None, "unknown"),
+    ],
+)
+def test_termination_error_class_is_a_short_stable_label(
+    exception: str | None, error_class: str | None, expected: str
+) -> None:
+    assert expected == termination_error_class(exception, error_class)
+
+
+def test_exposition_of_every_recorded_event_passes_promtool_check_metrics(
+    registry: CollectorRegistry, listener: MetricsListener, metrics: IngestMetrics
+) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not installed: run `make prometheus`"
+    for name in ("kafka_lagging.json", "kafka_caught_up.json", "watermark_dropped_late_rows.json"):
+        progress(listener, name)
+    listener.onQueryIdle(QueryIdleEvent.fromJson(recorded("idle.json")))
+    listener.onQueryTerminated(
+        QueryTerminatedEvent.fromJson(recorded("terminated_with_error.json"))
+    )
+    metrics.batch_written(
+        IngestQuery("ingest_sensors", "sensors", "sensors"),
+        BatchOutcome(
+            rows_in=3, quarantined={"missing_field": 1}, rows_written={"bronze/sensors": 3}
+        ),
+    )
+
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_latest(registry),
+        capture_output=True,
+        check=False,
+    )
+
+    assert (0, b"") == (result.returncode, result.stdout + result.stderr)

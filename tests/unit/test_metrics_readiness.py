@@ -1,0 +1,99 @@
+"""Readiness verdicts and the operations HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from service.http import readiness_verdict, serve_http
+
+BOTH = {"ingest_users": True, "ingest_sensors": True}
+
+
+def verdict(
+    active: dict[str, bool] = BOTH,
+    ages: dict[str, float | None] | None = None,
+    storage_age: float | None = 1.0,
+) -> tuple[bool, str]:
+    return readiness_verdict(
+        active=active,
+        progress_age=ages if ages is not None else {"ingest_users": 5.0, "ingest_sensors": 9.0},
+        max_progress_age=120.0,
+        storage_age=storage_age,
+        max_storage_age=30.0,
+    )
+
+
+def test_active_progressing_queries_with_writable_storage_are_ready() -> None:
+    assert (True, "ok") == verdict()
+
+
+def test_a_stopped_query_is_not_ready() -> None:
+    ready, detail = verdict(active={**BOTH, "ingest_sensors": False})
+    assert (False, "queries not active: ingest_sensors") == (ready, detail)
+
+
+def test_a_query_silent_beyond_the_threshold_is_not_ready() -> None:
+    ready, detail = verdict(ages={"ingest_users": 5.0, "ingest_sensors": 121.0})
+    assert not ready
+    assert "no progress for over 120s: ingest_sensors (121s)" == detail
+
+
+def test_a_query_not_yet_reported_started_is_not_ready() -> None:
+    assert (False, "queries starting: ingest_users") == verdict(
+        ages={"ingest_users": None, "ingest_sensors": 1.0}
+    )
+
+
+def test_unreachable_storage_is_not_ready() -> None:
+    ready, detail = verdict(storage_age=31.0)
+    assert (False, "storage unreachable: no successful write for 31s") == (ready, detail)
+
+
+def test_no_queries_is_not_ready() -> None:
+    assert not verdict(active={})[0]
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[str, dict[str, object]]]:
+    registry = CollectorRegistry()
+    Counter("lakehouse_ingest_demo_total", "A demo counter.", registry=registry).inc(3)
+    state: dict[str, object] = {"ready": (False, "starting: 0 of 2 queries started")}
+
+    def readiness() -> tuple[bool, str]:
+        verdict = state["ready"]
+        assert isinstance(verdict, tuple)
+        return bool(verdict[0]), str(verdict[1])
+
+    server = serve_http(0, registry, readiness)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+            return int(response.status), bytes(response.read()).decode()
+    except urllib.error.HTTPError as e:
+        return e.code, bytes(e.read()).decode()
+
+
+def test_endpoint_serves_metrics_health_and_readiness(
+    endpoint: tuple[str, dict[str, object]],
+) -> None:
+    base, state = endpoint
+
+    status, body = get(f"{base}/metrics")
+    assert 200 == status
+    assert "lakehouse_ingest_demo_total 3.0" in body
+    assert (200, "ok\n") == get(f"{base}/healthz")
+    assert (503, "starting: 0 of 2 queries started\n") == get(f"{base}/readyz")
+    state["ready"] = (True, "ok")
+    assert (200, "ok\n") == get(f"{base}/readyz")
+    assert 404 == get(f"{base}/nope")[0]

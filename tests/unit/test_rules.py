@@ -1,0 +1,121 @@
+"""Alert rules (promtool), their runbooks, and the dashboard's use of real metric names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from pyspark.sql.streaming.listener import QueryProgressEvent
+
+from service.metrics import IngestMetrics, MetricsListener
+from service.pipeline import BatchOutcome, IngestQuery
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS = REPO / "deploy" / "prometheus"
+DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "lakehouse-ingest.json"
+RUNBOOKS = REPO / "docs" / "runbooks"
+REQUIRED_ALERTS = {
+    "QueryDown",
+    "NoProgress",
+    "KafkaLagHigh",
+    "KafkaLagGrowing",
+    "BatchSlowerThanTrigger",
+    "FreshnessSLOBreached",
+    "QuarantineSpike",
+    "DriverRestarting",
+}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool not installed: run `make prometheus`"
+    return subprocess.run(
+        [binary, *args], cwd=PROMETHEUS, capture_output=True, text=True, check=False
+    )
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def test_promtool_check_rules_accepts_the_alert_rules() -> None:
+    result = promtool("check", "rules", "alerts.yml")
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_of_the_alerts_pass() -> None:
+    result = promtool("test", "rules", "alerts_test.yml")
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    tests = yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())["tests"]
+    cases = [case for test in tests for case in test.get("alert_rule_test", [])]
+    for name in {rule["alert"] for rule in alert_rules()}:
+        outcomes = {bool(c.get("exp_alerts")) for c in cases if c["alertname"] == name}
+        assert {True, False} == outcomes, f"{name}: needs a firing and a quiet case"
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: rule["alert"])
+def test_alert_has_severity_annotations_and_a_runbook(rule: dict[str, Any]) -> None:
+    assert rule["labels"]["severity"] in {"critical", "warning"}
+    assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+    url = rule["annotations"]["runbook_url"]
+    assert url.endswith(f"/docs/runbooks/{rule['alert']}.md")
+    runbook = (RUNBOOKS / f"{rule['alert']}.md").read_text()
+    for section in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation"):
+        assert section in runbook, f"{rule['alert']}.md lacks {section}"
+
+
+def test_required_alerts_exist() -> None:
+    assert REQUIRED_ALERTS <= {rule["alert"] for rule in alert_rules()}
+
+
+def exported_names() -> set[str]:
+    """Every sample name the service exports once queries ran (recorded fixtures)."""
+    registry = CollectorRegistry()
+    metrics = IngestMetrics(registry)
+    listener = MetricsListener(metrics)
+    for name in ("kafka_caught_up.json", "watermark_dropped_late_rows.json"):
+        event = json.loads((REPO / "tests" / "unit" / "progress" / name).read_text())
+        listener.onQueryProgress(QueryProgressEvent.fromJson(event))
+    query = IngestQuery("ingest_sensors", "sensors", "sensors")
+    metrics.query_declared(query.name, query.tables(), 10.0)
+    metrics.batch_written(query, BatchOutcome(rows_in=1, rows_written={"bronze/sensors": 1}))
+    metrics.watch_storage(lambda: 0.0)
+    metrics.watch_readiness(lambda: (True, "ok"))
+    return {sample.name for family in registry.collect() for sample in family.samples}
+
+
+def referenced_names(promql: str) -> set[str]:
+    return set(re.findall(r"\blakehouse_ingest_[a-z_]+\b", promql))
+
+
+def test_dashboard_and_alerts_use_only_exported_metric_names() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    expressions += [rule["expr"] for rule in alert_rules()]
+    used = set().union(*(referenced_names(e) for e in expressions))
+
+    assert set() == used - exported_names()
+
+
+def test_dashboard_has_a_query_variable_used_by_every_per_query_panel() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "label_values(lakehouse_ingest_query_up, query)" == variables["query"]["definition"]
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            assert "${datasource}" == target["datasource"]["uid"]
+            per_query = "query" in panel["title"].lower() or "by (query" in expr
+            if per_query and "build_info" not in expr:
+                assert 'query=~"$query"' in expr, f"{panel['title']}: {expr}"
