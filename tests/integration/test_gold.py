@@ -69,7 +69,7 @@ def produce(
 
 
 def run_available_now(lake: Lake, name: str) -> None:
-    driver = lake.service(name, "run", "--available-now").start()
+    driver = lake.service(name, "run", "--available-now", INGEST_GOLD_ENABLED="true").start()
     try:
         assert 0 == driver.wait(timeout=600), driver.log_text()[-4000:]
     finally:

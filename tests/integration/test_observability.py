@@ -124,6 +124,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
     service = lake.service(
         "observability",
         INGEST_HTTP_PORT=str(http_port),
+        INGEST_GOLD_ENABLED="true",  # stateful queries, so the state panels have data
         INGEST_KAFKA_SASL_USERNAME="ingest",
         INGEST_KAFKA_SASL_PASSWORD=SASL_SECRET,
     )
