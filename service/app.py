@@ -28,6 +28,7 @@ from service.metrics import IngestMetrics, MetricsListener
 from service.pipeline import (
     BatchWriter,
     IngestQuery,
+    QueryWriter,
     ingest_queries,
     prepare_tables,
     start_ingest_query,
@@ -51,7 +52,7 @@ class RunningQuery:
 
     spec: IngestQuery | GoldQuery
     handle: StreamingQuery
-    writer: BatchWriter | GoldWriter
+    writer: QueryWriter
 
 
 def run(settings: Settings, available_now: bool = False) -> int:

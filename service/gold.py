@@ -13,9 +13,8 @@ at least once there (a replayed batch publishes again), exactly once in Delta.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 from delta.tables import DeltaTable
@@ -26,6 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service import checkpoints
 from service.config import Settings
 from service.hadoop_fs import HadoopFiles
+from service.pipeline import QueryWriter
 from service.sinks.delta import append_once, table_transactions
 from service.sources.kafka import kafka_client_options
 from service.transforms.gold import (
@@ -88,32 +88,23 @@ def gold_queries() -> list[GoldQuery]:
     ]
 
 
-@dataclass
-class GoldWriter:
-    """The ``foreachBatch`` function of a gold query; knows its app id once started."""
+class GoldWriter(QueryWriter):
+    """The ``foreachBatch`` function of a gold query."""
 
-    query: GoldQuery
-    settings: Settings
-    _app_id: str | None = None
-    _app_id_ready: threading.Event = field(default_factory=threading.Event)
-    in_flight: threading.Event = field(default_factory=threading.Event)
-    last_batch_id: int | None = None
-
-    def bind(self, query_id: str) -> None:
-        """Set the txn app id from the started query's (checkpoint-persisted) id."""
-        self._app_id = checkpoints.app_id(self.query.name, query_id)
-        self._app_id_ready.set()
+    def __init__(self, query: GoldQuery, settings: Settings) -> None:
+        super().__init__(query.name)
+        self.query = query
+        self.settings = settings
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if not self._app_id_ready.wait(timeout=120) or self._app_id is None:
-            raise RuntimeError(f"query {self.query.name} started a batch before it was bound")
+        app_id = self.app_id()
         self.in_flight.set()
         try:
             per_batch = self.query.per_batch
             rows = (per_batch(batch, self.settings) if per_batch else batch).persist()
             try:
                 count = rows.count()
-                append_once(rows, self.settings.table_uri(self.query.table), self._app_id, batch_id)
+                append_once(rows, self.settings.table_uri(self.query.table), app_id, batch_id)
                 if self.query.after_write is not None:
                     self.query.after_write(rows, self.settings)
             finally:

@@ -96,33 +96,55 @@ class BatchOutcome:
     duplicates: int = 0
 
 
-@dataclass
-class BatchWriter:
-    """The ``foreachBatch`` function of an ingest query; knows its app id once started."""
+class QueryWriter:
+    """State shared by ``foreachBatch`` writers: the txn app id and the batch in flight.
 
-    query: IngestQuery
-    settings: Settings
-    on_batch: Callable[[IngestQuery, BatchOutcome], None]
-    _app_id: str | None = None
-    _app_id_ready: threading.Event = field(default_factory=threading.Event)
-    in_flight: threading.Event = field(default_factory=threading.Event)
-    last_batch_id: int | None = None
+    The app id is derived from the query id Spark keeps in the checkpoint, known only
+    once the query has started: `bind` sets it, and a batch waits for it.
+    """
+
+    def __init__(self, query_name: str) -> None:
+        self.query_name = query_name
+        self._app_id: str | None = None
+        self._bound = threading.Event()
+        self.in_flight = threading.Event()
+        self.last_batch_id: int | None = None
 
     def bind(self, query_id: str) -> None:
         """Set the txn app id from the started query's (checkpoint-persisted) id."""
-        self._app_id = checkpoints.app_id(self.query.name, query_id)
-        self._app_id_ready.set()
+        self._app_id = checkpoints.app_id(self.query_name, query_id)
+        self._bound.set()
+
+    def app_id(self) -> str:
+        """The txn app id, once bound."""
+        if not self._bound.wait(timeout=120) or self._app_id is None:
+            raise RuntimeError(f"query {self.query_name} started a batch before it was bound")
+        return self._app_id
+
+
+class BatchWriter(QueryWriter):
+    """The ``foreachBatch`` function of an ingest query."""
+
+    def __init__(
+        self,
+        query: IngestQuery,
+        settings: Settings,
+        on_batch: Callable[[IngestQuery, BatchOutcome], None],
+    ) -> None:
+        super().__init__(query.name)
+        self.query = query
+        self.settings = settings
+        self.on_batch = on_batch
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if not self._app_id_ready.wait(timeout=120) or self._app_id is None:
-            raise RuntimeError(f"query {self.query.name} started a batch before it was bound")
+        app_id = self.app_id()
         self.in_flight.set()
         try:
             started = time.monotonic()
             bronze = to_bronze(batch).persist()
             try:
                 write = _write_users if self.query.kind == "users" else _write_sensors
-                outcome = write(bronze, self.settings, self._app_id, batch_id)
+                outcome = write(bronze, self.settings, app_id, batch_id)
             finally:
                 bronze.unpersist()
             self.last_batch_id = batch_id

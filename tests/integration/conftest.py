@@ -10,7 +10,7 @@ from devstack import KafkaBroker, MinioServer
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.spark import spark_conf
+from service.spark import build_spark
 from tests.integration.harness import Lake
 
 
@@ -50,10 +50,7 @@ def spark(s3_env: dict[str, str]) -> Iterator[SparkSession]:
         spark_shuffle_partitions=2,
         aws_endpoint_url=s3_env["AWS_ENDPOINT_URL"],
     )
-    builder = SparkSession.builder
-    for key, value in spark_conf(settings).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = build_spark(settings)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -8,17 +8,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.spark import spark_conf
+from service.spark import build_spark
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession configured exactly like the service's, minus the UI."""
     settings = Settings(spark_master="local[2]", spark_ui_enabled=False, spark_shuffle_partitions=2)
-    builder = SparkSession.builder
-    for key, value in spark_conf(settings).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = build_spark(settings)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
