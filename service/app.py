@@ -42,6 +42,8 @@ _POLL_SECONDS = 0.5
 ALERTS_PARTITIONS = 3
 # How long a graceful stop waits for the in-flight micro-batch to finish.
 _GRACEFUL_STOP_SECONDS = 120.0
+# After the batch's writes, how long to wait for Spark to record it as committed.
+_COMMIT_WAIT_SECONDS = 30.0
 # A query silent (no progress, no idle event) for longer than this is stuck in a batch.
 _MIN_PROGRESS_AGE_SECONDS = 120.0
 
@@ -153,21 +155,31 @@ def _wait(
 
 
 def _stop_all(running: list[RunningQuery], graceful: bool) -> None:
-    """Stop every query; when ``graceful``, first let an in-flight micro-batch finish."""
+    """Stop every query; when ``graceful``, first let the batch being written finish.
+
+    The batch whose tables are being written completes and is committed to the
+    checkpoint; a next trigger that already began planning is interrupted, which is
+    safe (nothing of it is written yet, or its writes are replayed idempotently).
+    """
     for query in running:
         if not query.handle.isActive:
             continue
         if graceful:
-            deadline = time.monotonic() + _GRACEFUL_STOP_SECONDS
-            while time.monotonic() < deadline and _batch_in_progress(query):
-                time.sleep(0.2)
+            batch_id = query.writer.finish_in_flight(_GRACEFUL_STOP_SECONDS)
+            if batch_id is not None:
+                _wait_for_commit(query.handle, batch_id, _COMMIT_WAIT_SECONDS)
         query.handle.stop()
         log.info("query_stopped", query=query.spec.name, last_batch_id=query.writer.last_batch_id)
 
 
-def _batch_in_progress(query: RunningQuery) -> bool:
-    status = query.handle.status
-    return bool(query.writer.in_flight.is_set() or status.get("isTriggerActive"))
+def _wait_for_commit(handle: StreamingQuery, batch_id: int, timeout: float) -> None:
+    """Wait until Spark reported progress (posted after the commit log) for ``batch_id``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and handle.isActive:
+        progress = handle.lastProgress
+        if progress is not None and int(progress["batchId"]) >= batch_id:
+            return
+        time.sleep(0.1)
 
 
 def _readiness(

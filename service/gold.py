@@ -98,8 +98,7 @@ class GoldWriter(QueryWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id()
-        self.in_flight.set()
-        try:
+        with self.writing(batch_id):
             per_batch = self.query.per_batch
             rows = (per_batch(batch, self.settings) if per_batch else batch).persist()
             try:
@@ -109,10 +108,7 @@ class GoldWriter(QueryWriter):
                     self.query.after_write(rows, self.settings)
             finally:
                 rows.unpersist()
-            self.last_batch_id = batch_id
             log.info("batch_written", query=self.query.name, batch_id=batch_id, rows_out=count)
-        finally:
-            self.in_flight.clear()
 
 
 def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFrame:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
@@ -107,7 +108,7 @@ class QueryWriter:
         self.query_name = query_name
         self._app_id: str | None = None
         self._bound = threading.Event()
-        self.in_flight = threading.Event()
+        self._in_flight: int | None = None
         self.last_batch_id: int | None = None
 
     def bind(self, query_id: str) -> None:
@@ -120,6 +121,26 @@ class QueryWriter:
         if not self._bound.wait(timeout=120) or self._app_id is None:
             raise RuntimeError(f"query {self.query_name} started a batch before it was bound")
         return self._app_id
+
+    @contextmanager
+    def writing(self, batch_id: int) -> Iterator[None]:
+        """Mark batch ``batch_id`` as being written for the duration of the block."""
+        self._in_flight = batch_id
+        try:
+            yield
+            self.last_batch_id = batch_id
+        finally:
+            self._in_flight = None
+
+    def finish_in_flight(self, timeout: float) -> int | None:
+        """Wait (up to ``timeout``) for the batch being written to end; return its id."""
+        batch_id = self._in_flight
+        deadline = time.monotonic() + timeout
+        while batch_id is not None and self._in_flight == batch_id:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return batch_id
 
 
 class BatchWriter(QueryWriter):
@@ -138,8 +159,7 @@ class BatchWriter(QueryWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id()
-        self.in_flight.set()
-        try:
+        with self.writing(batch_id):
             started = time.monotonic()
             bronze = to_bronze(batch).persist()
             try:
@@ -147,7 +167,6 @@ class BatchWriter(QueryWriter):
                 outcome = write(bronze, self.settings, app_id, batch_id)
             finally:
                 bronze.unpersist()
-            self.last_batch_id = batch_id
             self.on_batch(self.query, outcome)
             log.info(
                 "batch_written",
@@ -159,8 +178,6 @@ class BatchWriter(QueryWriter):
                 rows_out=outcome.rows_written,
                 duration_ms=round((time.monotonic() - started) * 1000),
             )
-        finally:
-            self.in_flight.clear()
 
 
 def _count_by_error(parsed: DataFrame) -> tuple[int, dict[str, int]]:

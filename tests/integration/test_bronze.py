@@ -20,7 +20,7 @@ EXIT_REFUSED = 3
 def test_sigterm_stops_after_the_batch_in_flight_with_exit_0_and_restart_adds_no_duplicates(
     spark: SparkSession, lake: Lake
 ) -> None:
-    lake.generate("--users", "2000", "--readings", "60000", "--seed", "3")
+    lake.generate("--users", "2000", "--readings", "20000", "--seed", "3")
     driver = lake.service("sigterm", INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
     try:
         driver.wait_for_log('"event": "batch_written"', timeout=180)

@@ -1,0 +1,209 @@
+"""docker-compose.yml: valid Compose, pinned images, real settings, files that exist.
+
+No Docker engine runs here: the file is validated against the Compose
+Specification's JSON schema (shipped in the check-jsonschema package) and
+cross-checked against the service's settings and the repo's pinned versions.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from service.config import Settings, env_name, load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+SERVICE_IMAGE = "lakehouse-ingest"
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def compose() -> dict[str, Any]:
+    """The compose file as data (before variable interpolation)."""
+    data: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
+    return data
+
+
+def services() -> dict[str, dict[str, Any]]:
+    """Compose services by name."""
+    result: dict[str, dict[str, Any]] = compose()["services"]
+    return result
+
+
+def interpolate(value: object) -> str:
+    """A value as Compose sees it with no variables set (``${X:-default}`` → default)."""
+    return INTERPOLATION.sub(lambda m: m.group(2) or "", str(value))
+
+
+def service_image_services() -> dict[str, dict[str, Any]]:
+    """The services that run the lakehouse-ingest image (the service and the generator)."""
+    return {
+        name: svc
+        for name, svc in services().items()
+        if str(svc.get("image", "")).split(":")[0] == SERVICE_IMAGE
+    }
+
+
+def test_validates_against_the_compose_specification_schema() -> None:
+    schema_file = (
+        importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    )
+    schema = json.loads(schema_file.read_text())
+    validator_cls = jsonschema.validators.validator_for(schema)
+    validator_cls.check_schema(schema)
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator_cls(schema).iter_errors(compose())
+    ]
+    assert [] == errors
+
+
+def test_has_the_whole_stack() -> None:
+    expected = {"kafka", "minio", "minio-init", "ingest", "generator", "prometheus", "grafana"}
+    assert expected <= set(services())
+    assert services()["kafka"]["image"].startswith("apache/kafka:")
+    assert "build" in services()["ingest"]
+    generator = services()["generator"]
+    assert "generate" == generator["command"][0] and "--rate" in generator["command"]
+
+
+def test_every_image_is_pinned_to_a_version_tag() -> None:
+    for name, svc in services().items():
+        image = str(svc["image"])
+        repository, _, tag = image.rpartition(":")
+        assert repository and tag and tag != "latest" and re.search(r"\d", tag), (name, image)
+
+
+def test_versions_agree_with_the_rest_of_the_repo() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for name, svc in service_image_services().items():
+        assert f"{SERVICE_IMAGE}:{version}" == svc["image"], name
+    chart = yaml.safe_load((REPO / "helm/lakehouse-ingest/Chart.yaml").read_text())
+    assert version == chart["appVersion"]
+    kafka_pom = (REPO / "deploy/jvm/kafka/pom.xml").read_text()
+    kafka_version = re.search(r"<kafka.version>([^<]+)</kafka.version>", kafka_pom)
+    assert kafka_version is not None
+    for name in ("kafka", "kafka-init"):
+        assert f"apache/kafka:{kafka_version.group(1)}" == services()[name]["image"]
+
+
+def test_every_ingest_and_aws_variable_is_a_real_setting() -> None:
+    known = {env_name(field) for field in Settings.model_fields} | {"INGEST_CONFIG_FILE"}
+    for name, svc in service_image_services().items():
+        env = svc["environment"]
+        assert isinstance(env, dict), "environment as a mapping"
+        unknown = {k for k in env if k.startswith(("INGEST_", "AWS_")) and k not in known}
+        assert set() == unknown, name
+
+
+@pytest.mark.parametrize("name", ["ingest", "generator"])
+def test_the_service_settings_it_sets_are_valid(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in [v for v in os.environ if v.startswith(("INGEST_", "AWS_"))]:
+        monkeypatch.delenv(var)
+    for key, value in services()[name]["environment"].items():
+        monkeypatch.setenv(key, interpolate(value))
+    settings = load_settings()
+    assert settings.uses_s3
+    assert "kafka:9092" == settings.kafka_bootstrap_servers
+
+
+def test_credentials_come_from_variables_not_literals() -> None:
+    for name, svc in services().items():
+        for key, value in (svc.get("environment") or {}).items():
+            if re.search(r"SECRET|PASSWORD|ACCESS_KEY", key):
+                assert INTERPOLATION.fullmatch(str(value)), (name, key)
+
+
+def test_dependencies_wait_on_health_or_completion() -> None:
+    svcs = services()
+    for name, svc in svcs.items():
+        for dependency, spec in (svc.get("depends_on") or {}).items():
+            condition = spec["condition"]
+            assert condition in {
+                "service_healthy",
+                "service_completed_successfully",
+                "service_started",
+            }
+            if condition == "service_healthy":
+                assert "healthcheck" in svcs[dependency], f"{name} waits on {dependency}"
+            if condition == "service_completed_successfully":
+                assert "no" == svcs[dependency].get("restart", "no")
+    ingest = svcs["ingest"]["depends_on"]
+    assert "service_completed_successfully" == ingest["minio-init"]["condition"]
+    assert "service_completed_successfully" == ingest["kafka-init"]["condition"]
+    for name in ("kafka", "minio", "ingest", "prometheus", "grafana"):
+        assert "healthcheck" in svcs[name], name
+
+
+def test_the_service_runs_hardened_with_a_grace_period_for_the_batch_in_flight() -> None:
+    ingest = services()["ingest"]
+    assert ingest["read_only"] is True
+    assert ["/tmp"] == ingest["tmpfs"]
+    assert ["ALL"] == ingest["cap_drop"]
+    assert "10001:10001" == ingest["user"]
+    assert int(str(ingest["stop_grace_period"]).rstrip("s")) >= 60
+
+
+def test_every_bind_mount_source_exists() -> None:
+    for name, svc in services().items():
+        for volume in svc.get("volumes", []):
+            source = str(volume).split(":")[0]
+            if source.startswith("."):
+                assert (REPO / source).exists(), f"{name}: {source}"
+
+
+def test_prometheus_config_is_valid_and_loads_exactly_the_rule_files() -> None:
+    config = REPO / "deploy/compose/prometheus.yml"
+    result = subprocess.run(
+        ["promtool", "check", "config", "--syntax-only", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 0 == result.returncode, result.stdout + result.stderr
+    data = yaml.safe_load(config.read_text())
+    assert ["ingest:8080"] == data["scrape_configs"][0]["static_configs"][0]["targets"]
+    mounts = {
+        str(v).split(":")[1]: str(v).split(":")[0] for v in services()["prometheus"]["volumes"]
+    }
+    rules_dir = REPO / mounts["/etc/prometheus/rules"]
+    loaded = {
+        path
+        for pattern in data["rule_files"]
+        for path in rules_dir.glob(str(Path(pattern).relative_to("/etc/prometheus/rules")))
+    }
+    rule_files = {p for p in rules_dir.glob("*.y*ml") if re.search(r"(?m)^groups:", p.read_text())}
+    assert rule_files, "no alert rules in deploy/prometheus/"
+    assert rule_files == loaded
+    result = subprocess.run(
+        ["promtool", "check", "rules", *sorted(map(str, loaded))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_grafana_uses_the_repo_provisioning_with_the_compose_prometheus() -> None:
+    grafana = services()["grafana"]
+    env = grafana["environment"]
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in grafana["volumes"]}
+    repo_in_container = env["LAKEHOUSE_INGEST_REPO"]
+    assert "./deploy/grafana" == mounts[f"{repo_in_container}/deploy/grafana"]
+    provisioning = Path(env["GF_PATHS_PROVISIONING"]).relative_to(repo_in_container)
+    assert (REPO / provisioning / "datasources").is_dir()
+    assert (REPO / provisioning / "dashboards").is_dir()
+    datasources = "".join(p.read_text() for p in (REPO / provisioning / "datasources").iterdir())
+    assert "${PROMETHEUS_URL}" in datasources
+    assert "http://prometheus:9090" == env["PROMETHEUS_URL"]
+    assert list((REPO / "deploy/grafana").rglob("*.json")), "no dashboards in deploy/grafana/"
