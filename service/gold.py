@@ -25,7 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service import checkpoints
 from service.config import Settings
 from service.hadoop_fs import HadoopFiles
-from service.pipeline import QueryWriter
+from service.pipeline import QueryWriter, start_with_writer
 from service.sinks.delta import append_once, table_transactions
 from service.sources.kafka import kafka_client_options
 from service.transforms.gold import (
@@ -158,16 +158,7 @@ def start_gold_query(
     readings = spark.readStream.format("delta").load(settings.table_uri(READINGS))
     stream = (
         query.build(readings, settings)
-        .writeStream.queryName(query.name)
-        .outputMode("append")
+        .writeStream.outputMode("append")
         .option("checkpointLocation", checkpoint_uri(settings, query))
-        .foreachBatch(writer)
     )
-    if available_now:
-        stream = stream.trigger(availableNow=True)
-    else:
-        stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
-    started = stream.start()
-    writer.bind(str(started.id))
-    log.info("query_started", query=query.name, id=str(started.id), source=READINGS)
-    return started
+    return start_with_writer(stream, settings, writer, available_now, source=READINGS)

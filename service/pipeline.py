@@ -25,6 +25,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
 from service import checkpoints
@@ -110,6 +111,10 @@ class QueryWriter:
         self._bound = threading.Event()
         self._in_flight: int | None = None
         self.last_batch_id: int | None = None
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Write micro-batch ``batch_id`` (the ``foreachBatch`` function)."""
+        raise NotImplementedError
 
     def bind(self, query_id: str) -> None:
         """Set the txn app id from the started query's (checkpoint-persisted) id."""
@@ -293,17 +298,26 @@ def start_ingest_query(
     available_now: bool,
 ) -> StreamingQuery:
     """Start ``query`` reading Kafka and writing through ``writer``."""
-    stream = (
-        read_topic(spark, settings, query.topic)
-        .writeStream.queryName(query.name)
-        .option("checkpointLocation", checkpoint_uri(settings, query))
-        .foreachBatch(writer)
+    stream = read_topic(spark, settings, query.topic).writeStream.option(
+        "checkpointLocation", checkpoint_uri(settings, query)
     )
+    return start_with_writer(stream, settings, writer, available_now, topic=query.topic)
+
+
+def start_with_writer(
+    stream: DataStreamWriter,
+    settings: Settings,
+    writer: QueryWriter,
+    available_now: bool,
+    **context: str,
+) -> StreamingQuery:
+    """Start ``stream`` as the query ``writer`` writes, with the deployment's trigger."""
+    stream = stream.queryName(writer.query_name).foreachBatch(writer)
     if available_now:
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
     started = stream.start()
     writer.bind(str(started.id))
-    log.info("query_started", query=query.name, id=str(started.id), topic=query.topic)
+    log.info("query_started", query=writer.query_name, id=str(started.id), **context)
     return started
