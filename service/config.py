@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     join_tolerance_seconds: int = Field(default=30, gt=0)
     alert_heart_rate_bpm: float = Field(default=180.0, gt=0)
     alerts_topic: str = Field(default="alerts", min_length=1)
+    # Silver files per gold micro-batch: bounds a catch-up batch (Delta's own default).
+    gold_max_files_per_trigger: int = Field(default=1000, gt=0)
+    # Cap on the native memory shared by all RocksDB state stores of one JVM; unset, each
+    # store is bounded on its own (and reports its memory in the query progress).
+    state_store_memory_mb: int | None = Field(default=None, gt=0)
 
     # Data contract
     max_payload_bytes: int = Field(default=1024 * 1024, gt=0)

@@ -155,7 +155,11 @@ def start_gold_query(
     available_now: bool,
 ) -> StreamingQuery:
     """Start ``query`` reading silver/sensor_readings as a stream."""
-    readings = spark.readStream.format("delta").load(settings.table_uri(READINGS))
+    readings = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", settings.gold_max_files_per_trigger)
+        .load(settings.table_uri(READINGS))
+    )
     stream = (
         query.build(readings, settings)
         .writeStream.outputMode("append")

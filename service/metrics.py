@@ -263,11 +263,7 @@ class IngestMetrics:
         caught_up = bool(progress.sources)
         for source in progress.sources:
             caught_up = self._source_reported(name, source) and caught_up
-        rows = memory = dropped = 0
-        for operator in progress.stateOperators:
-            rows += max(0, int(operator.numRowsTotal))
-            memory += max(0, int(operator.memoryUsedBytes))
-            dropped += max(0, int(operator.numRowsDroppedByWatermark))
+        rows, memory, dropped = state_totals(progress)
         self.state_rows.labels(name).set(rows)
         self.state_memory.labels(name).set(memory)
         self.dropped_by_watermark.labels(name).inc(dropped)
@@ -326,16 +322,24 @@ class MetricsListener(StreamingQueryListener):
             self._watermarked.add(name)
         try:
             self._metrics.progress_reported(progress)
+            state_rows, state_memory, dropped = state_totals(progress)
         except (TypeError, ValueError, KeyError, AttributeError):
             # A malformed event must not fail Spark's listener bus; say so, and go on.
             log.exception("progress_metrics_failed", query=name, batch_id=progress.batchId)
-        log.debug(
+            return
+        # One line per micro-batch and query: what `jq` answers "is state growing?" from.
+        log.info(
             "query_progress",
             query=name,
             batch_id=progress.batchId,
             input_rows=progress.numInputRows,
             batch_duration_ms=progress.batchDuration,
             duration_ms=dict(progress.durationMs or {}),
+            watermark=(progress.eventTime or {}).get("watermark"),
+            event_time_max=(progress.eventTime or {}).get("max"),
+            state_rows=state_rows,
+            state_memory_bytes=state_memory,
+            dropped_by_watermark=dropped,
             sources=[dict(s.metrics or {}) for s in progress.sources],
         )
 
@@ -358,6 +362,16 @@ class MetricsListener(StreamingQueryListener):
             )
         else:
             log.info("query_terminated", query=name)
+
+
+def state_totals(progress: Any) -> tuple[int, int, int]:
+    """State rows, state memory bytes and rows dropped by the watermark, over all operators."""
+    rows = memory = dropped = 0
+    for operator in progress.stateOperators:
+        rows += max(0, int(operator.numRowsTotal))
+        memory += max(0, int(operator.memoryUsedBytes))
+        dropped += max(0, int(operator.numRowsDroppedByWatermark))
+    return rows, memory, dropped
 
 
 def termination_error_class(exception: str | None, error_class: str | None) -> str:

@@ -63,6 +63,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Per state store: 2 memtables of 16 MB + Spark's 8 MB block cache.
+        "spark.sql.streaming.stateStore.rocksdb.writeBufferSizeMB": "16",
+        "spark.sql.streaming.stateStore.rocksdb.maxWriteBufferNumber": "2",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
@@ -70,6 +73,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.hadoop.fs.s3a.retry.limit": "10",
         "spark.hadoop.fs.s3a.attempts.maximum": "10",
     }
+    if settings.state_store_memory_mb is not None:
+        # One budget for all stores of a JVM; Spark then reports 0 memory per store.
+        conf["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] = "true"
+        conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] = str(
+            settings.state_store_memory_mb
+        )
     if settings.aws_endpoint_url:
         conf["spark.hadoop.fs.s3a.endpoint"] = settings.aws_endpoint_url
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import Column, SparkSession
@@ -77,6 +79,16 @@ class ServiceProcess:
     def log_text(self) -> str:
         """Everything the service printed so far."""
         return self.log_path.read_text(errors="replace")
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        """The JSON log lines named ``event`` printed so far, in order."""
+        lines = []
+        for line in self.log_text().splitlines():
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(line)
+                if isinstance(parsed, dict) and parsed.get("event") == event:
+                    lines.append(parsed)
+        return lines
 
     def wait_for_log(self, needle: str, timeout: float, count: int = 1) -> None:
         """Block until ``needle`` appears ``count`` times in this run's log; fail if it dies."""
@@ -159,6 +171,7 @@ class Lake:
     bootstrap_servers: str
     s3_env: Mapping[str, str]
     work_dir: Path
+    alerts_topic: str = "alerts"
 
     def env(self, **overrides: str) -> dict[str, str]:
         """Service environment for this lake (small batches, fast triggers, no UI)."""
@@ -167,6 +180,7 @@ class Lake:
             "INGEST_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "INGEST_USERS_TOPIC": self.users_topic,
             "INGEST_SENSORS_TOPIC": self.sensors_topic,
+            "INGEST_ALERTS_TOPIC": self.alerts_topic,
             "INGEST_STORAGE_ROOT": self.storage_root,
             "INGEST_HTTP_PORT": "0",
             "INGEST_SPARK_UI_ENABLED": "false",

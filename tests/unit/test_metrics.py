@@ -200,8 +200,19 @@ def test_watermarked_query_reports_state_late_rows_and_watermark_freshness(
     registry: CollectorRegistry, listener: MetricsListener, clock: Clock
 ) -> None:
     event = recorded("watermark_dropped_late_rows.json")
-    progress(listener, "watermark_dropped_late_rows.json")
+    with structlog.testing.capture_logs() as logs:
+        progress(listener, "watermark_dropped_late_rows.json")
 
+    [line] = [line for line in logs if line["event"] == "query_progress"]
+    assert {
+        "query": GOLD["query"],
+        "batch_id": event["progress"]["batchId"],
+        "watermark": event["progress"]["eventTime"]["watermark"],
+        "event_time_max": event["progress"]["eventTime"]["max"],
+        "state_rows": 2,
+        "state_memory_bytes": 8544,
+        "dropped_by_watermark": 1,
+    }.items() <= line.items()
     assert 2.0 == registry.get_sample_value("lakehouse_ingest_state_rows", GOLD)
     assert 8544.0 == registry.get_sample_value("lakehouse_ingest_state_memory_bytes", GOLD)
     assert 1.0 == registry.get_sample_value(
