@@ -92,3 +92,22 @@ def test_invalid_cluster_settings_fail_naming_the_variable(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError, match=message):
         load_settings()
+
+
+def test_rocksdb_memory_is_bounded_per_store_or_by_one_budget(
+    jars_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = "spark.sql.streaming.stateStore.rocksdb."
+    conf = spark_conf(load_settings())
+    assert ("16", "2") == (
+        conf[f"{prefix}writeBufferSizeMB"],
+        conf[f"{prefix}maxWriteBufferNumber"],
+    )
+    assert f"{prefix}boundedMemoryUsage" not in conf
+
+    monkeypatch.setenv("INGEST_STATE_STORE_MEMORY_MB", "768")
+    conf = spark_conf(load_settings())
+    assert ("true", "768") == (
+        conf[f"{prefix}boundedMemoryUsage"],
+        conf[f"{prefix}maxMemoryUsageMB"],
+    )
