@@ -281,8 +281,9 @@ def prepare_tables(spark: SparkSession, settings: Settings, query: IngestQuery) 
     }
     checkpoints.verify_checkpoint_matches_tables(query.name, checkpoint, txns)
     for table in query.tables():
-        schema, partition_by = TABLE_SCHEMAS[table]
-        ensure_table(spark, settings.table_uri(table), schema, partition_by)
+        if txns[settings.table_uri(table)] is None:  # not a Delta table yet
+            schema, partition_by = TABLE_SCHEMAS[table]
+            ensure_table(spark, settings.table_uri(table), schema, partition_by)
 
 
 def checkpoint_uri(settings: Settings, query: IngestQuery) -> str:
