@@ -186,6 +186,7 @@ class Lake:
             "INGEST_SPARK_UI_ENABLED": "false",
             "INGEST_SPARK_MASTER": "local[2]",
             "INGEST_SPARK_DRIVER_MEMORY": "1g",
+            "INGEST_SPARK_SHUFFLE_PARTITIONS": "2",  # one task per core
             "INGEST_TRIGGER_INTERVAL_SECONDS": "1",
             "INGEST_LEASE_TTL_SECONDS": "8",
             "INGEST_LEASE_RENEW_SECONDS": "2",

@@ -66,9 +66,8 @@ DISORDER = timedelta(minutes=3)
 ENV = {
     "INGEST_GOLD_ENABLED": "true",
     # 5 ingest batches (silver versions) of about 12 minutes of event time for wave 1, and
-    # one version (2 files, one per shuffle partition) per gold batch.
+    # one version (2 files, one per shuffle partition: see Lake.env) per gold batch.
     "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "1470",
-    "INGEST_SPARK_SHUFFLE_PARTITIONS": "2",
     "INGEST_GOLD_MAX_FILES_PER_TRIGGER": "2",
 }
 STATEFUL = ("gold_sensor_stats_1m", "gold_heart_rate_5m", "gold_heart_rate_activity")
