@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -19,20 +20,20 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
 from service.errors import QueryFailedError
-from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query, verify_gold_tables
+from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query
 from service.hadoop_fs import HadoopFiles
 from service.http import readiness_verdict, serve_http
-from service.kafka_admin import ensure_topics
-from service.lease import DriverLease
-from service.metrics import IngestMetrics, MetricsListener
-from service.pipeline import (
+from service.ingest import (
+    BatchOutcome,
     BatchWriter,
     IngestQuery,
-    QueryWriter,
     ingest_queries,
-    prepare_tables,
     start_ingest_query,
 )
+from service.kafka_admin import ensure_topics
+from service.lease import DriverLease, lease_location
+from service.metrics import IngestMetrics, MetricsListener
+from service.queries import QuerySpec, QueryWriter, prepare_tables
 from service.spark import build_spark
 
 log = structlog.get_logger(__name__)
@@ -76,7 +77,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
 
     lease = DriverLease(
         HadoopFiles(spark),
-        f"{settings.checkpoint_uri}/_driver_lease.json",
+        lease_location(settings.checkpoint_uri),
         settings.lease_ttl_seconds,
         settings.lease_renew_seconds,
     )
@@ -92,18 +93,16 @@ def run(settings: Settings, available_now: bool = False) -> int:
     server = serve_http(settings.http_port, registry, readiness)
     try:
         interval = 0.0 if available_now else settings.trigger_interval_seconds
-        for spec in ingest_queries(settings):
-            metrics.query_declared(spec.name, spec.tables(), interval)
-            prepare_tables(spark, settings, spec)
-        for gold in _gold(settings):
-            metrics.query_declared(gold.name, (gold.table,), interval)
-            verify_gold_tables(spark, settings, gold)
+        specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
+        for spec in specs:
+            metrics.query_declared(spec.name, [t.name for t in spec.tables], interval)
+            prepare_tables(spark, settings, spec.name, spec.tables)
         if settings.gold_enabled:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
         for spec in ingest_queries(settings):
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
-            writer = BatchWriter(spec, settings, metrics.batch_written)
+            writer = BatchWriter(spec, settings, _record_batch(metrics))
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
@@ -196,6 +195,15 @@ def _readiness(
         storage_age=time.time() - lease.record.heartbeat_at,
         max_storage_age=settings.lease_ttl_seconds,
     )
+
+
+def _record_batch(metrics: IngestMetrics) -> Callable[[str, BatchOutcome], None]:
+    def record(query_name: str, outcome: BatchOutcome) -> None:
+        metrics.batch_written(
+            query_name, outcome.rows_written, outcome.quarantined, outcome.duplicates
+        )
+
+    return record
 
 
 def _gold(settings: Settings) -> list[GoldQuery]:

@@ -12,21 +12,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from service.errors import CheckpointMismatchError
-from service.hadoop_fs import HadoopFiles
 
 APP_ID_PREFIX = "lakehouse-ingest"
 
 
+class CheckpointFiles(Protocol):
+    """The file reads a checkpoint needs (`service.hadoop_fs.HadoopFiles` in the driver)."""
+
+    def read_text(self, uri: str) -> str | None: ...
+    def list_names(self, uri: str) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class CheckpointState:
-    """The parts of a streaming checkpoint that exactly-once depends on."""
+    """What a streaming checkpoint records: its query id, committed and planned batches.
+
+    ``kafka_offsets`` are the next offsets to read per topic and partition after the
+    last committed batch (empty for other sources); ``batch_timestamp_ms`` is that
+    batch's trigger time.
+    """
 
     uri: str
-    query_id: str | None
-    last_committed_batch: int | None
+    query_id: str | None = None
+    last_committed_batch: int | None = None
+    planned_batch: int | None = None
+    batch_timestamp_ms: int | None = None
+    kafka_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def app_id(query_name: str, query_id: str) -> str:
@@ -34,12 +49,42 @@ def app_id(query_name: str, query_id: str) -> str:
     return f"{APP_ID_PREFIX}:{query_name}:{query_id}"
 
 
-def read_checkpoint(files: HadoopFiles, uri: str) -> CheckpointState:
-    """Read the query id and the last committed batch id of the checkpoint at ``uri``."""
+def read_checkpoint(files: CheckpointFiles, uri: str) -> CheckpointState:
+    """Read the checkpoint at ``uri``: Spark's ``metadata``, ``commits/`` and ``offsets/`` logs.
+
+    An offsets file is ``v1``, the batch metadata, then one JSON line per source
+    (Kafka's: ``{topic: {partition: next offset}}``).
+    """
     metadata = files.read_text(f"{uri}/metadata")
     query_id = json.loads(metadata)["id"] if metadata else None
-    batches = [int(n) for n in files.list_names(f"{uri}/commits") if n.isdigit()]
-    return CheckpointState(uri, query_id, max(batches) if batches else None)
+    commits = sorted(int(n) for n in files.list_names(f"{uri}/commits") if n.isdigit())
+    planned = sorted(int(n) for n in files.list_names(f"{uri}/offsets") if n.isdigit())
+    if not commits:
+        return CheckpointState(uri, query_id, planned_batch=planned[-1] if planned else None)
+    last = commits[-1]
+    lines = (files.read_text(f"{uri}/offsets/{last}") or "").splitlines()
+    batch_meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    stamp = batch_meta.get("batchTimestampMs")
+    return CheckpointState(
+        uri,
+        query_id,
+        last_committed_batch=last,
+        planned_batch=planned[-1] if planned and planned[-1] > last else None,
+        batch_timestamp_ms=int(stamp) if isinstance(stamp, int | float) else None,
+        kafka_offsets=_kafka_offsets(lines[2:]),
+    )
+
+
+def _kafka_offsets(source_lines: list[str]) -> dict[str, dict[int, int]]:
+    offsets: dict[str, dict[int, int]] = {}
+    for line in source_lines:
+        source = json.loads(line) if line.strip() not in ("", "-") else None
+        if not isinstance(source, dict):
+            continue
+        for topic, by_partition in source.items():  # Kafka's shape; other sources are skipped
+            if isinstance(by_partition, dict) and all(str(p).isdigit() for p in by_partition):
+                offsets[topic] = {int(p): int(o) for p, o in by_partition.items()}
+    return offsets
 
 
 def verify_checkpoint_matches_tables(

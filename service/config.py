@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +44,68 @@ def default_cache_dir() -> Path:
 def env_name(field: str) -> str:
     """Return the environment variable that sets ``field``."""
     return _AWS_FIELDS.get(field, _ENV_PREFIX + field.upper())
+
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """How to reach the Kafka cluster, with one method per client's spelling of it."""
+
+    bootstrap_servers: str
+    security_protocol: str
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+
+    def java_client_properties(self) -> dict[str, str]:
+        """Properties of the Java Kafka client (Spark's source and sink)."""
+        props = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism and self.sasl_password is not None:
+            username = _jaas_quoted(self.sasl_username or "")
+            password = _jaas_quoted(self.sasl_password.get_secret_value())
+            props["sasl.mechanism"] = self.sasl_mechanism
+            props["sasl.jaas.config"] = (
+                f"{_JAAS_MODULES[self.sasl_mechanism]} required"
+                f" username={username} password={password};"
+            )
+        if self.ssl_ca_location:
+            props["ssl.truststore.type"] = "PEM"
+            props["ssl.truststore.location"] = self.ssl_ca_location
+        return props
+
+    def spark_options(self) -> dict[str, str]:
+        """The Java client properties as options of Spark's Kafka source and sink."""
+        return {f"kafka.{k}": v for k, v in self.java_client_properties().items()}
+
+    def librdkafka_config(self) -> dict[str, str | int | float | bool]:
+        """confluent-kafka (librdkafka) configuration."""
+        config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism and self.sasl_password is not None:
+            config["sasl.mechanism"] = self.sasl_mechanism
+            config["sasl.username"] = self.sasl_username or ""
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location:
+            config["ssl.ca.location"] = self.ssl_ca_location
+        return config
+
+
+def _jaas_quoted(text: str) -> str:
+    """``text`` as a JAAS quoted string: backslashes and double quotes escaped."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 def _aws(field: str) -> Any:
@@ -177,6 +240,18 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @property
+    def kafka(self) -> KafkaConnection:
+        """The Kafka connection settings."""
+        return KafkaConnection(
+            bootstrap_servers=self.kafka_bootstrap_servers,
+            security_protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            ssl_ca_location=self.kafka_ssl_ca_location,
+        )
+
+    @property
     def uses_s3(self) -> bool:
         """Whether the lakehouse lives on an S3 endpoint."""
         return self.storage_uri.startswith("s3a://") or self.checkpoint_uri.startswith("s3a://")
@@ -192,10 +267,6 @@ class Settings(BaseSettings):
         if self.checkpoint_root:
             return _as_uri(self.checkpoint_root)
         return f"{self.storage_uri}/_checkpoints"
-
-    def table_uri(self, name: str) -> str:
-        """URI of the Delta table ``name`` (e.g. ``bronze/users``)."""
-        return f"{self.storage_uri}/{name}"
 
     def redacted(self) -> dict[str, Any]:
         """Settings as a dict fit for logging: secrets masked by pydantic's SecretStr."""

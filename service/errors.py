@@ -23,3 +23,7 @@ class LeaseLostError(IngestError):
 
 class QueryFailedError(IngestError):
     """A streaming query terminated with an exception; the checkpoint makes a restart safe."""
+
+
+class QueryNotBoundError(IngestError):
+    """A micro-batch started before its query was bound to its checkpoint's id."""

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from service.config import Settings
 from service.errors import IngestError
-from service.kafka_admin import ensure_topics, librdkafka_config
+from service.kafka_admin import ensure_topics
 
 log = structlog.get_logger(__name__)
 
@@ -303,7 +303,7 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
 
     producer = Producer(
         {
-            **librdkafka_config(settings),
+            **settings.kafka.librdkafka_config(),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,

@@ -22,12 +22,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from service import checkpoints
 from service.config import Settings
-from service.hadoop_fs import HadoopFiles
-from service.pipeline import QueryWriter, start_with_writer
-from service.sinks.delta import append_once, table_transactions
-from service.sources.kafka import kafka_client_options
+from service.queries import QueryWriter, start_with_writer
+from service.sinks.delta import append_once
+from service.tables import (
+    ALERTS,
+    HEART_RATE_5M,
+    HEART_RATE_ACTIVITY,
+    READINGS_ENRICHED,
+    SENSOR_READINGS,
+    SENSOR_STATS_1M,
+    USERS,
+    Table,
+)
 from service.transforms.gold import (
     alerts,
     enrich_readings,
@@ -38,21 +45,23 @@ from service.transforms.gold import (
 
 log = structlog.get_logger(__name__)
 
-READINGS = "silver/sensor_readings"
-USERS = "silver/users"
-
 
 @dataclass(frozen=True)
 class GoldQuery:
     """One gold query: its table and how it turns the silver readings stream into rows."""
 
     name: str
-    table: str
+    table: Table
     build: Callable[[DataFrame, Settings], DataFrame]
     # Per micro-batch, before the write (e.g. a join with a table snapshot).
     per_batch: Callable[[DataFrame, Settings], DataFrame] | None = None
     # Per micro-batch, after the Delta commit (e.g. publishing to Kafka).
     after_write: Callable[[DataFrame, Settings], None] | None = None
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """The table this query writes."""
+        return (self.table,)
 
 
 def gold_queries() -> list[GoldQuery]:
@@ -60,28 +69,28 @@ def gold_queries() -> list[GoldQuery]:
     return [
         GoldQuery(
             "gold_sensor_stats_1m",
-            "gold/sensor_stats_1m",
+            SENSOR_STATS_1M,
             lambda r, s: sensor_stats(r, s.stats_window, s.watermark),
         ),
         GoldQuery(
             "gold_heart_rate_5m",
-            "gold/heart_rate_5m",
+            HEART_RATE_5M,
             lambda r, s: heart_rate_stats(r, s.heart_rate_window, s.heart_rate_slide, s.watermark),
         ),
         GoldQuery(
             "gold_readings_enriched",
-            "gold/readings_enriched",
+            READINGS_ENRICHED,
             lambda r, s: r,
             per_batch=_enrich_with_current_users,
         ),
         GoldQuery(
             "gold_heart_rate_activity",
-            "gold/heart_rate_activity",
+            HEART_RATE_ACTIVITY,
             lambda r, s: heart_rate_with_activity(r, s.watermark, s.join_tolerance_seconds),
         ),
         GoldQuery(
             "gold_alerts",
-            "gold/alerts",
+            ALERTS,
             lambda r, s: alerts(r, s.alert_heart_rate_bpm),
             after_write=_publish_alerts,
         ),
@@ -97,13 +106,13 @@ class GoldWriter(QueryWriter):
         self.settings = settings
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        app_id = self.app_id()
+        app_id = self.app_id(batch_id)
         with self.writing(batch_id):
             per_batch = self.query.per_batch
             rows = (per_batch(batch, self.settings) if per_batch else batch).persist()
             try:
                 count = rows.count()
-                append_once(rows, self.settings.table_uri(self.query.table), app_id, batch_id)
+                append_once(rows, self.query.table.uri(self.settings.storage_uri), app_id, batch_id)
                 if self.query.after_write is not None:
                     self.query.after_write(rows, self.settings)
             finally:
@@ -114,7 +123,7 @@ class GoldWriter(QueryWriter):
 def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFrame:
     """Join ``batch`` with silver/users as of now, pinned to one version for the whole batch."""
     spark = batch.sparkSession
-    uri = settings.table_uri(USERS)
+    uri = USERS.uri(settings.storage_uri)
     latest = DeltaTable.forPath(spark, uri).history(1).select("version").first()
     version = int(latest["version"]) if latest is not None else 0
     users = spark.read.format("delta").option("versionAsOf", version).load(uri)
@@ -123,27 +132,12 @@ def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFram
 
 def _publish_alerts(rows: DataFrame, settings: Settings) -> None:
     """Publish alert rows to the alerts topic keyed by ``event_id`` (at least once)."""
-    options = {f"kafka.{k}": v for k, v in kafka_client_options(settings).items()}
     (
         rows.select(F.col("event_id").alias("key"), F.to_json(F.struct("*")).alias("value"))
         .write.format("kafka")
-        .options(**options)
+        .options(**settings.kafka.spark_options())
         .option("topic", settings.alerts_topic)
         .save()
-    )
-
-
-def checkpoint_uri(settings: Settings, query: GoldQuery) -> str:
-    """Checkpoint location of ``query``."""
-    return f"{settings.checkpoint_uri}/{query.name}"
-
-
-def verify_gold_tables(spark: SparkSession, settings: Settings, query: GoldQuery) -> None:
-    """Refuse a checkpoint whose gold table lost batches, or a new one over an old table."""
-    checkpoint = checkpoints.read_checkpoint(HadoopFiles(spark), checkpoint_uri(settings, query))
-    uri = settings.table_uri(query.table)
-    checkpoints.verify_checkpoint_matches_tables(
-        query.name, checkpoint, {uri: table_transactions(spark, uri)}
     )
 
 
@@ -158,11 +152,7 @@ def start_gold_query(
     readings = (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", settings.gold_max_files_per_trigger)
-        .load(settings.table_uri(READINGS))
+        .load(SENSOR_READINGS.uri(settings.storage_uri))
     )
-    stream = (
-        query.build(readings, settings)
-        .writeStream.outputMode("append")
-        .option("checkpointLocation", checkpoint_uri(settings, query))
-    )
-    return start_with_writer(stream, settings, writer, available_now, source=READINGS)
+    stream = query.build(readings, settings).writeStream.outputMode("append")
+    return start_with_writer(stream, settings, writer, available_now, source=SENSOR_READINGS.name)

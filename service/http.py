@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse
 
 Readiness = Callable[[], tuple[bool, str]]
 
@@ -49,34 +54,46 @@ def readiness_verdict(
     return True, "ok"
 
 
-def serve_http(port: int, registry: CollectorRegistry, readiness: Readiness) -> ThreadingHTTPServer:
-    """Serve the endpoints on ``port`` (0 = any free port) in a daemon thread."""
+def serve_http(port: int, registry: CollectorRegistry, readiness: Readiness) -> WSGIServer:
+    """Serve the endpoints on ``port`` (0 = any free port) in a daemon thread.
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain; charset=utf-8")
-            elif path == "/readyz":
-                ready, detail = readiness()
-                body = (detail + "\n").encode()
-                self._send(200 if ready else 503, body, "text/plain; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+    ``/metrics`` is prometheus_client's own exposition (OpenMetrics negotiation,
+    gzip, ``name[]`` filters); every other path but the probes is a 404.
+    """
+    metrics_app = make_wsgi_app(registry)
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            exposition: Iterable[bytes] = metrics_app(environ, start_response)
+            return exposition
+        if path == "/healthz":
+            status, body = "200 OK", "ok"
+        elif path == "/readyz":
+            ready, body = readiness()
+            status = "200 OK" if ready else "503 Service Unavailable"
+        else:
+            status, body = "404 Not Found", "not found"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [(body + "\n").encode()]
 
-        def log_message(self, format: str, *args: object) -> None:
-            """Silence per-request access logs (scrapes every few seconds)."""
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - scraped by Prometheus
-    server.daemon_threads = True
+    server = make_server(
+        "0.0.0.0",  # noqa: S104 - scraped by Prometheus
+        port,
+        app,
+        server_class=ThreadingWSGIServer,
+        handler_class=_QuietHandler,
+    )
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
+
+
+class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """A WSGI server answering each request in its own daemon thread."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence per-request access logs (scrapes every few seconds)."""

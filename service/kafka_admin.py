@@ -8,14 +8,13 @@ from confluent_kafka.cimpl import NewTopic
 
 from service.config import Settings
 from service.errors import IngestError
-from service.sources.kafka import kafka_client_options
 
 log = structlog.get_logger(__name__)
 
 
 def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> None:
     """Create the missing ``topics`` (replication 1 on a single broker, else 3)."""
-    admin = AdminClient(dict(librdkafka_config(settings)))
+    admin = AdminClient(settings.kafka.librdkafka_config())
     existing = set(admin.list_topics(timeout=30).topics)
     brokers = len(admin.list_topics(timeout=30).brokers)
     missing = [t for t in topics if t not in existing]
@@ -34,18 +33,3 @@ def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> Non
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise IngestError(f"cannot create topic {topic}: {e}") from e
-
-
-def librdkafka_config(settings: Settings) -> dict[str, str | int | float | bool]:
-    """confluent-kafka (librdkafka) configuration from the shared Kafka client options."""
-    config: dict[str, str | int | float | bool] = dict(kafka_client_options(settings))
-    if ca := config.pop("ssl.truststore.location", None):
-        config["ssl.ca.location"] = ca
-    config.pop("ssl.truststore.type", None)
-    if "sasl.jaas.config" in config:
-        del config["sasl.jaas.config"]
-        config["sasl.username"] = settings.kafka_sasl_username or ""
-        config["sasl.password"] = (
-            settings.kafka_sasl_password.get_secret_value() if settings.kafka_sasl_password else ""
-        )
-    return config

@@ -47,6 +47,11 @@ class LeaseRecord:
     heartbeat_at: float
 
 
+def lease_location(checkpoint_uri: str) -> str:
+    """The lease file of the lakehouse whose checkpoints are under ``checkpoint_uri``."""
+    return f"{checkpoint_uri}/_driver_lease.json"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -90,8 +95,10 @@ class DriverLease:
             return None
 
     def _write(self) -> None:
-        self.record = LeaseRecord(**{**asdict(self.record), "heartbeat_at": self._clock()})
-        self._files.write_text(self._uri, json.dumps(asdict(self.record)))
+        renewed = LeaseRecord(**{**asdict(self.record), "heartbeat_at": self._clock()})
+        self._files.write_text(self._uri, json.dumps(asdict(renewed)))
+        # Only a write that succeeded counts as a heartbeat (readiness and alerts read it).
+        self.record = renewed
 
     def _is_stale_on_sight(self, other: LeaseRecord) -> bool:
         if other.host != self.record.host:

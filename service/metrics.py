@@ -34,7 +34,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
-from service.pipeline import BatchOutcome, IngestQuery
 from service.transforms.validation import ERROR_CODES
 
 log = structlog.get_logger(__name__)
@@ -289,13 +288,19 @@ class IngestMetrics:
         latest = source.latestOffset
         return latest not in (None, "None", "null") and latest == source.endOffset
 
-    def batch_written(self, query: IngestQuery, outcome: BatchOutcome) -> None:
-        """Record what one ingest micro-batch wrote, quarantined and dropped."""
-        for table, rows in outcome.rows_written.items():
-            self.rows_written.labels(query.name, table).inc(rows)
-        for code, rows in outcome.quarantined.items():
-            self.quarantined.labels(query.name, code).inc(rows)
-        self.duplicates.labels(query.name).inc(outcome.duplicates)
+    def batch_written(
+        self,
+        query: str,
+        rows_written: Mapping[str, int],
+        quarantined: Mapping[str, int],
+        duplicates: int,
+    ) -> None:
+        """Record what one ingest micro-batch wrote (rows per table), quarantined and dropped."""
+        for table, rows in rows_written.items():
+            self.rows_written.labels(query, table).inc(rows)
+        for code, rows in quarantined.items():
+            self.quarantined.labels(query, code).inc(rows)
+        self.duplicates.labels(query).inc(duplicates)
 
 
 class MetricsListener(StreamingQueryListener):

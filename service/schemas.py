@@ -1,4 +1,10 @@
-"""Table contracts as StructTypes: used to create the tables, to write them and in tests."""
+"""StructType contracts: the JSON payloads (DESIGN.md §2) and the table schemas derived from them.
+
+Each payload contract is declared once. The typed columns a valid payload yields
+(`payload_columns`: nested objects flattened, e.g. ``geolocation.city`` →
+``geo_city``), the silver table schemas and the validation field lists
+(`service.transforms.validation.payload_fields`) are all derived from it.
+"""
 
 from __future__ import annotations
 
@@ -16,21 +22,31 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+# StructField metadata key: the column-name prefix of a nested object's flattened fields.
+FLATTEN_PREFIX = "flatten_prefix"
+
 KAFKA_HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 )
+
+# A row's Kafka coordinates and arrival time: where it came from (every silver table).
+LINEAGE = (
+    StructField("kafka_topic", StringType(), nullable=False),
+    StructField("kafka_partition", IntegerType(), nullable=False),
+    StructField("kafka_offset", LongType(), nullable=False),
+    StructField("kafka_timestamp", TimestampType()),
+)
+INGESTED_AT = StructField("ingested_at", TimestampType(), nullable=False)
+RESCUED = StructField("_rescued", StringType())
 
 # Every Kafka record as received (DESIGN.md §3): one row per (topic, partition, offset).
 BRONZE = StructType(
     [
         StructField("key", StringType()),
         StructField("value", StringType()),
-        StructField("kafka_topic", StringType(), nullable=False),
-        StructField("kafka_partition", IntegerType(), nullable=False),
-        StructField("kafka_offset", LongType(), nullable=False),
-        StructField("kafka_timestamp", TimestampType()),
+        *LINEAGE,
         StructField("headers", KAFKA_HEADERS),
-        StructField("ingested_at", TimestampType(), nullable=False),
+        INGESTED_AT,
     ]
 )
 
@@ -38,8 +54,6 @@ BRONZE = StructType(
 # in, and the known top-level names (everything else is rescued). Types are the typed
 # columns a valid payload yields, not the JSON types (timestamps arrive as ISO-8601
 # strings or epoch milliseconds, dates as strings).
-GEOLOCATION = StructType([StructField("city", StringType()), StructField("country", StringType())])
-
 SENSOR_READING_PAYLOAD = StructType(
     [
         StructField("event_id", StringType(), nullable=False),
@@ -55,7 +69,11 @@ SENSOR_READING_PAYLOAD = StructType(
         StructField("z", DoubleType()),
         StructField("activity", StringType()),
         StructField("model", StringType()),
-        StructField("geolocation", GEOLOCATION),
+        StructField(
+            "geolocation",
+            StructType([StructField("city", StringType()), StructField("country", StringType())]),
+            metadata={FLATTEN_PREFIX: "geo_"},
+        ),
     ]
 )
 
@@ -71,62 +89,61 @@ USER_PAYLOAD = StructType(
     ]
 )
 
-_LINEAGE = [
-    StructField("kafka_topic", StringType(), nullable=False),
-    StructField("kafka_partition", IntegerType(), nullable=False),
-    StructField("kafka_offset", LongType(), nullable=False),
-    StructField("kafka_timestamp", TimestampType()),
-]
+
+def payload_columns(payload: StructType) -> list[tuple[str, StructField]]:
+    """The typed columns of a payload as (JSON path, column), nested objects flattened."""
+    columns: list[tuple[str, StructField]] = []
+    for field in payload.fields:
+        if isinstance(field.dataType, StructType):
+            prefix = field.metadata.get(FLATTEN_PREFIX, f"{field.name}_")
+            columns += [
+                (f"{field.name}.{child.name}", StructField(prefix + child.name, child.dataType))
+                for child in field.dataType.fields
+            ]
+        else:
+            columns.append((field.name, field))
+    return columns
+
+
+# sqrt(x² + y² + z²) for accelerometer readings, null otherwise.
+MAGNITUDE = StructField("magnitude", DoubleType())
+# The typed reading: the payload's columns and the derived magnitude.
+SENSOR_READING = StructType([*(c for _, c in payload_columns(SENSOR_READING_PAYLOAD)), MAGNITUDE])
 
 # Valid readings, typed (DESIGN.md §3); partitioned by event_date (UTC day of event_time).
 SILVER_SENSOR_READINGS = StructType(
     [
-        StructField("event_id", StringType(), nullable=False),
-        StructField("device_id", StringType(), nullable=False),
-        StructField("user_id", LongType()),
-        StructField("sensor_type", StringType(), nullable=False),
-        StructField("event_time", TimestampType(), nullable=False),
-        StructField("value", DoubleType()),
-        StructField("unit", StringType()),
-        StructField("danger_level", StringType()),
-        StructField("x", DoubleType()),
-        StructField("y", DoubleType()),
-        StructField("z", DoubleType()),
-        # sqrt(x² + y² + z²) for accelerometer readings, null otherwise.
-        StructField("magnitude", DoubleType()),
-        StructField("activity", StringType()),
-        StructField("model", StringType()),
-        StructField("geo_city", StringType()),
-        StructField("geo_country", StringType()),
-        StructField("_rescued", StringType()),
-        *_LINEAGE,
-        StructField("ingested_at", TimestampType(), nullable=False),
+        *SENSOR_READING.fields,
+        RESCUED,
+        *LINEAGE,
+        INGESTED_AT,
         StructField("event_date", DateType(), nullable=False),
     ]
+)
+
+USER_ID = USER_PAYLOAD["user_id"]
+# A user's profile: every payload column but the id, nullable (a deleted user has none).
+USER_PROFILE = StructType(
+    [StructField(c.name, c.dataType) for _, c in payload_columns(USER_PAYLOAD) if c != USER_ID]
 )
 
 # Current profile per user (DESIGN.md §3); lineage is that of the change applied last.
 SILVER_USERS = StructType(
     [
-        StructField("user_id", LongType(), nullable=False),
-        StructField("first_name", StringType()),
-        StructField("last_name", StringType()),
-        StructField("dob", DateType()),
-        StructField("gender", StringType()),
-        StructField("country", StringType()),
-        StructField("updated_at", TimestampType()),
+        USER_ID,
+        *USER_PROFILE.fields,
         StructField("is_deleted", BooleanType(), nullable=False),
         StructField("deleted_at", TimestampType()),
-        StructField("_rescued", StringType()),
-        *_LINEAGE,
-        StructField("ingested_at", TimestampType(), nullable=False),
+        RESCUED,
+        *LINEAGE,
+        INGESTED_AT,
     ]
 )
 
 # Rejected records of every topic, with the raw value and the reason (DESIGN.md §3).
 QUARANTINE = StructType(
     [
-        *_LINEAGE,
+        *LINEAGE,
         StructField("key", StringType()),
         StructField("value", StringType()),
         StructField("error_code", StringType(), nullable=False),
@@ -140,10 +157,7 @@ QUARANTINE = StructType(
 SENSOR_DUPLICATES = StructType(
     [
         StructField("event_id", StringType(), nullable=False),
-        StructField("kafka_topic", StringType(), nullable=False),
-        StructField("kafka_partition", IntegerType(), nullable=False),
-        StructField("kafka_offset", LongType(), nullable=False),
-        StructField("kafka_timestamp", TimestampType()),
+        *LINEAGE,
         StructField("ingested_at", TimestampType()),
         StructField("original_kafka_partition", IntegerType()),
         StructField("original_kafka_offset", LongType()),

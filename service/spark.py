@@ -47,7 +47,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     jars = runtime_jars(settings.jars_dir)
     conf = {
         "spark.master": settings.spark_master,
-        "spark.app.name": "lakehouse-ingest",
         **_classpath_conf(settings, jars),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -132,11 +131,17 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def build_spark(settings: Settings) -> SparkSession:
-    """Create (or return) the process's SparkSession configured for ``settings``."""
+def build_spark(
+    settings: Settings, app_name: str = "lakehouse-ingest", jvm_log_target: str = "SYSTEM_OUT"
+) -> SparkSession:
+    """Create (or return) the process's SparkSession configured for ``settings``.
+
+    The driver JVM logs JSON lines like the Python side (service/logs.py), to
+    ``jvm_log_target`` (``SYSTEM_ERR`` for commands whose stdout is their report).
+    """
     conf = spark_conf(settings)
-    # The driver JVM logs JSON lines to stdout like the Python side (service/logs.py).
-    log_config = jvm_log_config(settings.log_format, settings.log_level)
+    conf["spark.app.name"] = app_name
+    log_config = jvm_log_config(settings.log_format, settings.log_level, target=jvm_log_target)
     java_options = conf.get("spark.driver.extraJavaOptions", "")
     conf["spark.driver.extraJavaOptions"] = (
         f"{java_options} -Dlog4j2.configurationFile=file:{log_config}".strip()
@@ -145,5 +150,5 @@ def build_spark(settings: Settings) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("WARN" if settings.log_level in ("DEBUG", "INFO") else "ERROR")
     return spark

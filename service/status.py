@@ -1,8 +1,8 @@
 """The ``status`` verb: what each query committed, how far Kafka is ahead, what the tables hold.
 
 It reads only durable state, so it works while the driver is down: each query's
-checkpoint (``offsets/`` and ``commits/`` logs, through Hadoop's FileSystem like
-`service.checkpoints`), the broker's latest offsets (librdkafka watermarks),
+checkpoint (`service.checkpoints`, through Hadoop's FileSystem), the broker's
+latest offsets (librdkafka watermarks),
 the driver lease and each Delta table's latest commit and row count. It
 writes nothing and takes no lease, so it is safe next to a running driver.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -22,13 +22,14 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from service.checkpoints import CheckpointState, read_checkpoint
 from service.config import Settings
 from service.gold import gold_queries
 from service.hadoop_fs import HadoopFiles
-from service.kafka_admin import librdkafka_config
-from service.logs import jvm_log_config
-from service.pipeline import IngestQuery, checkpoint_uri, ingest_queries
-from service.spark import spark_conf
+from service.ingest import ingest_queries
+from service.lease import lease_location
+from service.queries import QuerySpec, checkpoint_location
+from service.spark import build_spark
 
 _KAFKA_TIMEOUT_SECONDS = 10.0
 T = TypeVar("T")
@@ -42,18 +43,6 @@ class PartitionStatus:
     committed: int | None
     latest: int | None
     lag: int | None
-
-
-@dataclass(frozen=True)
-class CheckpointLog:
-    """What a query's checkpoint says about its last committed micro-batch."""
-
-    query_id: str | None = None
-    last_committed_batch: int | None = None
-    last_batch_time: str | None = None
-    committed_at: str | None = None
-    planned_batch: int | None = None
-    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,66 +154,28 @@ class Status:
 def collect_status(spark: SparkSession, settings: Settings) -> Status:
     """Read checkpoints, broker offsets, the lease and the tables of ``settings``."""
     files = HadoopFiles(spark)
-    queries = ingest_queries(settings)
-    latest = broker_offsets(settings, [q.topic for q in queries])
     modified = _modification_time(spark)
+    queries = ingest_queries(settings)
+    gold = gold_queries() if settings.gold_enabled else []
+    latest = broker_offsets(settings, [q.topic for q in queries])
     query_status = [
-        _query_status(files, modified, settings, q, latest.get(q.topic), latest.get("_error"))
-        for q in queries
-    ]
-    tables = list(dict.fromkeys(t for q in queries for t in q.tables()))
-    for gold in gold_queries() if settings.gold_enabled else []:
-        query_status.append(
-            _gold_status(files, modified, f"{settings.checkpoint_uri}/{gold.name}", gold.name)
+        _query_status(
+            files, modified, checkpoint_location(settings, q.name), q.name, q.topic, latest
         )
-        tables.append(gold.table)
+        for q in queries
+    ] + [
+        _query_status(files, modified, checkpoint_location(settings, g.name), g.name, None, {})
+        for g in gold
+    ]
+    specs: list[QuerySpec] = [*queries, *gold]
+    tables = list(dict.fromkeys(t for q in specs for t in q.tables))
     return Status(
         storage_root=settings.storage_uri,
         checkpoint_root=settings.checkpoint_uri,
         generated_at=_iso(time.time()),
-        lease=_lease_status(files, f"{settings.checkpoint_uri}/_driver_lease.json"),
+        lease=_lease_status(files, lease_location(settings.checkpoint_uri)),
         queries=query_status,
-        tables=[table_status(spark, t, settings.table_uri(t)) for t in tables],
-    )
-
-
-def read_checkpoint_log(
-    files: Any, uri: str, modified: Callable[[str], float | None] = lambda _: None
-) -> CheckpointLog:
-    """Read a checkpoint's id, last committed batch, its offsets and its trigger time.
-
-    ``files`` is a `HadoopFiles` (or any object with its ``read_text`` and
-    ``list_names``); ``modified`` gives a file's modification time. Offsets are
-    Spark's offset-log lines: ``v1``, batch metadata, then one JSON line per
-    source (Kafka: ``{topic: {partition: next offset}}``).
-    """
-    metadata = files.read_text(f"{uri}/metadata")
-    query_id = json.loads(metadata)["id"] if metadata else None
-    commits = sorted(int(n) for n in files.list_names(f"{uri}/commits") if n.isdigit())
-    planned = sorted(int(n) for n in files.list_names(f"{uri}/offsets") if n.isdigit())
-    if not commits:
-        return CheckpointLog(query_id, planned_batch=planned[-1] if planned else None)
-    last = commits[-1]
-    text = files.read_text(f"{uri}/offsets/{last}") or ""
-    lines = text.splitlines()
-    batch_meta = json.loads(lines[1]) if len(lines) > 1 else {}
-    offsets: dict[str, dict[int, int]] = {}
-    for line in lines[2:]:
-        source = json.loads(line) if line.strip() not in ("", "-") else None
-        if not isinstance(source, dict):
-            continue
-        for topic, by_partition in source.items():  # Kafka's shape; other sources are skipped
-            if isinstance(by_partition, dict) and all(str(p).isdigit() for p in by_partition):
-                offsets[topic] = {int(p): int(o) for p, o in by_partition.items()}
-    stamp = batch_meta.get("batchTimestampMs")
-    committed_at = modified(f"{uri}/commits/{last}")
-    return CheckpointLog(
-        query_id=query_id,
-        last_committed_batch=last,
-        last_batch_time=_iso(stamp / 1000.0) if isinstance(stamp, int | float) else None,
-        committed_at=_iso(committed_at) if committed_at is not None else None,
-        planned_batch=planned[-1] if planned and planned[-1] > last else None,
-        offsets=offsets,
+        tables=[table_status(spark, t.name, t.uri(settings.storage_uri)) for t in tables],
     )
 
 
@@ -247,7 +198,7 @@ def broker_offsets(settings: Settings, topics: Sequence[str]) -> dict[str, Any]:
     """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable."""
     consumer = Consumer(
         {
-            **librdkafka_config(settings),
+            **settings.kafka.librdkafka_config(),
             "group.id": "lakehouse-ingest-status",
             "enable.auto.commit": False,
         }
@@ -296,68 +247,51 @@ def table_status(spark: SparkSession, name: str, uri: str) -> TableStatus:
 def status_spark(settings: Settings) -> SparkSession:
     """A small local SparkSession for reading (no UI; JVM logs on stderr, errors only)."""
     small = settings.model_copy(
-        update={"spark_master": "local[1]", "spark_ui_enabled": False, "spark_driver_memory": "1g"}
+        update={
+            "spark_master": "local[1]",
+            "spark_ui_enabled": False,
+            "spark_driver_memory": "1g",
+            "log_level": "ERROR",
+        }
     )
-    conf = spark_conf(small)
-    log_config = jvm_log_config(settings.log_format, "ERROR", target="SYSTEM_ERR")
-    java_options = conf.get("spark.driver.extraJavaOptions", "")
-    conf["spark.driver.extraJavaOptions"] = (
-        f"{java_options} -Dlog4j2.configurationFile=file:{log_config}".strip()
-    )
-    conf["spark.app.name"] = "lakehouse-ingest-status"
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return build_spark(small, app_name="lakehouse-ingest-status", jvm_log_target="SYSTEM_ERR")
 
 
 def _query_status(
     files: HadoopFiles,
     modified: Callable[[str], float | None],
-    settings: Settings,
-    query: IngestQuery,
-    watermarks: Mapping[int, tuple[int, int]] | None,
-    kafka_error: str | None,
+    uri: str,
+    name: str,
+    topic: str | None,
+    latest: Mapping[str, Any],
 ) -> QueryStatus:
-    uri = checkpoint_uri(settings, query)
-    errors = [kafka_error] if kafka_error else []
-    log = _guarded(lambda: read_checkpoint_log(files, uri, modified), errors, CheckpointLog())
-    partitions = partition_lag(log.offsets.get(query.topic, {}), watermarks)
-    lags = [p.lag for p in partitions]
-    return QueryStatus(
-        query=query.name,
-        topic=query.topic,
-        checkpoint=uri,
-        query_id=log.query_id,
-        last_committed_batch=log.last_committed_batch,
-        last_batch_time=log.last_batch_time,
-        committed_at=log.committed_at,
-        planned_batch=log.planned_batch,
-        lag=None if not lags or None in lags else sum(x for x in lags if x is not None),
-        partitions=partitions,
-        errors=errors,
+    """A query's checkpoint; for an ingest query (``topic`` set) its Kafka lag too."""
+    errors = [latest["_error"]] if topic is not None and "_error" in latest else []
+    state = _guarded(lambda: read_checkpoint(files, uri), errors, CheckpointState(uri))
+    partitions = (
+        partition_lag(state.kafka_offsets.get(topic, {}), latest.get(topic))
+        if topic is not None
+        else []
     )
-
-
-def _gold_status(
-    files: HadoopFiles, modified: Callable[[str], float | None], uri: str, name: str
-) -> QueryStatus:
-    """A gold query reads silver (Delta), not Kafka: its checkpoint, and no Kafka lag."""
-    errors: list[str] = []
-    log = _guarded(lambda: read_checkpoint_log(files, uri, modified), errors, CheckpointLog())
+    lags = [p.lag for p in partitions]
+    committed_at = (
+        modified(f"{uri}/commits/{state.last_committed_batch}")
+        if state.last_committed_batch is not None
+        else None
+    )
     return QueryStatus(
         query=name,
-        topic="-",
+        topic=topic or "-",
         checkpoint=uri,
-        query_id=log.query_id,
-        last_committed_batch=log.last_committed_batch,
-        last_batch_time=log.last_batch_time,
-        committed_at=log.committed_at,
-        planned_batch=log.planned_batch,
-        lag=None,
-        partitions=[],
+        query_id=state.query_id,
+        last_committed_batch=state.last_committed_batch,
+        last_batch_time=_iso(state.batch_timestamp_ms / 1000.0)
+        if state.batch_timestamp_ms is not None
+        else None,
+        committed_at=_iso(committed_at) if committed_at is not None else None,
+        planned_batch=state.planned_batch,
+        lag=None if not lags or None in lags else sum(x for x in lags if x is not None),
+        partitions=partitions,
         errors=errors,
     )
 

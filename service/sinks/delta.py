@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+
+from service.tables import Table
 
 
-def ensure_table(
-    spark: SparkSession, uri: str, schema: StructType, partition_by: Sequence[str] = ()
-) -> None:
-    """Create an empty Delta table at ``uri`` with ``schema`` unless one exists."""
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
+def ensure_table(spark: SparkSession, uri: str, table: Table) -> None:
+    """Create ``table`` empty at ``uri`` (its declared schema and properties) unless one exists."""
+    if table.schema is None:
+        raise ValueError(f"table {table.name} has no declared schema: its query creates it")
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.schema)
+    if table.partition_by:
+        builder = builder.partitionedBy(*table.partition_by)
+    for key, value in table.properties.items():
+        builder = builder.property(key, value)
     builder.execute()
 
 

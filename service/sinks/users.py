@@ -16,11 +16,13 @@ from __future__ import annotations
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame
 
+from service.schemas import INGESTED_AT, LINEAGE, RESCUED, USER_PROFILE
+
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
-_PROFILE = ("first_name", "last_name", "dob", "gender", "country", "updated_at", "_rescued")
-_LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "ingested_at")
+_PROFILE = (*USER_PROFILE.fieldNames(), RESCUED.name)
+_LINEAGE = (*(c.name for c in LINEAGE), INGESTED_AT.name)
 # The batch's newest upsert beats the row's profile: (updated_at, partition, offset) order.
 _PROFILE_NEWER = (
     "s.upsert IS NOT NULL AND (t.updated_at IS NULL OR"

@@ -20,11 +20,12 @@ from pyspark.sql import functions as F
 from service.schemas import SENSOR_READING_PAYLOAD, SILVER_SENSOR_READINGS
 from service.transforms.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    JsonField,
     Violation,
+    payload_fields,
     payload_violations,
     rescued_fields,
     stage_fields,
+    typed_columns,
     with_error,
     with_parsed_payload,
 )
@@ -34,76 +35,47 @@ SENSOR_TYPES = ("heart_rate", "temperature", "accelerometer")
 DANGER_LEVELS = ("LOW", "MEDIUM", "HIGH")
 # Plausible physical ranges of ``value`` per sensor type (bpm, °C).
 VALUE_RANGES = {"heart_rate": (20.0, 250.0), "temperature": (-50.0, 150.0)}
+ACCELEROMETER_AXES = ("x", "y", "z")
 
-_EVENT_ID = JsonField("event_id")
-_DEVICE_ID = JsonField("device_id")
-_USER_ID = JsonField("user_id")
-_SENSOR_TYPE = JsonField("sensor_type")
-_EVENT_TIME = JsonField("event_time")
-_VALUE = JsonField("value")
-_UNIT = JsonField("unit")
-_DANGER_LEVEL = JsonField("danger_level")
-_X, _Y, _Z = JsonField("x"), JsonField("y"), JsonField("z")
-_ACTIVITY = JsonField("activity")
-_MODEL = JsonField("model")
-_GEOLOCATION = JsonField("geolocation")
-_GEO_CITY = JsonField("geolocation.city")
-_GEO_COUNTRY = JsonField("geolocation.country")
-_FIELDS = (
-    _EVENT_ID,
-    _DEVICE_ID,
-    _USER_ID,
-    _SENSOR_TYPE,
-    _EVENT_TIME,
-    _VALUE,
-    _UNIT,
-    _DANGER_LEVEL,
-    _X,
-    _Y,
-    _Z,
-    _ACTIVITY,
-    _MODEL,
-    _GEOLOCATION,
-    _GEO_CITY,
-    _GEO_COUNTRY,
-)
+_FIELDS = payload_fields(SENSOR_READING_PAYLOAD)
 _MICROS_PER_DAY = 86_400_000_000
 
 
 def _field_violations(max_future_seconds: int) -> list[Violation]:
-    sensor_type = _SENSOR_TYPE.as_string()
+    f = _FIELDS
+    sensor_type = f["sensor_type"].as_string()
     accelerometer = sensor_type == "accelerometer"
     arrival = F.coalesce(F.col("kafka_timestamp"), F.col("ingested_at"))
-    ahead_micros = F.unix_micros(_EVENT_TIME.as_timestamp()) - F.unix_micros(arrival)
+    ahead_micros = F.unix_micros(f["event_time"].as_timestamp()) - F.unix_micros(arrival)
     rules = [
-        *_EVENT_ID.required(),
-        *_EVENT_ID.string(non_empty=True),
-        *_DEVICE_ID.required(),
-        *_DEVICE_ID.string(non_empty=True),
-        *_USER_ID.integer(minimum=1),
-        *_SENSOR_TYPE.required(),
-        *_SENSOR_TYPE.string(one_of=SENSOR_TYPES),
-        *_EVENT_TIME.required(),
-        *_EVENT_TIME.timestamp(),
+        *f["event_id"].required(),
+        *f["event_id"].string(non_empty=True),
+        *f["device_id"].required(),
+        *f["device_id"].string(non_empty=True),
+        *f["user_id"].integer(minimum=1),
+        *f["sensor_type"].required(),
+        *f["sensor_type"].string(one_of=SENSOR_TYPES),
+        *f["event_time"].required(),
+        *f["event_time"].timestamp(),
     ]
     for name in VALUE_RANGES:
-        rules += _VALUE.required(when=sensor_type == name, why=f" for {name} readings")
-    rules += _VALUE.number()
+        rules += f["value"].required(when=sensor_type == name, why=f" for {name} readings")
+    rules += f["value"].number()
     for name, (low, high) in VALUE_RANGES.items():
-        rules += _VALUE.between(low, high, when=sensor_type == name, why=f" for {name}")
-    rules += [*_UNIT.string(), *_DANGER_LEVEL.string(one_of=DANGER_LEVELS)]
-    for axis in (_X, _Y, _Z):
+        rules += f["value"].between(low, high, when=sensor_type == name, why=f" for {name}")
+    rules += [*f["unit"].string(), *f["danger_level"].string(one_of=DANGER_LEVELS)]
+    for axis in ACCELEROMETER_AXES:
         rules += [
-            *axis.required(when=accelerometer, why=" for accelerometer readings"),
-            *axis.number(),
+            *f[axis].required(when=accelerometer, why=" for accelerometer readings"),
+            *f[axis].number(),
         ]
     return [
         *rules,
-        *_ACTIVITY.string(),
-        *_MODEL.string(),
-        *_GEOLOCATION.object(),
-        *_GEO_CITY.string(),
-        *_GEO_COUNTRY.string(),
+        *f["activity"].string(),
+        *f["model"].string(),
+        *f["geolocation"].object(),
+        *f["geolocation.city"].string(),
+        *f["geolocation.country"].string(),
         Violation(
             "event_time_in_future",
             ahead_micros > max_future_seconds * 1_000_000,
@@ -127,7 +99,7 @@ def parse_sensor_readings(
     valid) and ``reading``: a struct of the typed fields and ``_rescued``, complete
     on valid rows (the raw ``value`` and the reading's ``value`` would clash flat).
     """
-    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS)
+    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS.values())
     checked = with_error(
         staged,
         [
@@ -135,27 +107,12 @@ def parse_sensor_readings(
             *_field_violations(max_future_seconds),
         ],
     )
-    x, y, z = _X.as_double(), _Y.as_double(), _Z.as_double()
+    x, y, z = (_FIELDS[axis].as_double() for axis in ACCELEROMETER_AXES)
+    accelerometer = _FIELDS["sensor_type"].as_string() == "accelerometer"
     reading = F.struct(
-        _EVENT_ID.as_string().alias("event_id"),
-        _DEVICE_ID.as_string().alias("device_id"),
-        _USER_ID.as_long().alias("user_id"),
-        _SENSOR_TYPE.as_string().alias("sensor_type"),
-        _EVENT_TIME.as_timestamp().alias("event_time"),
-        _VALUE.as_double().alias("value"),
-        _UNIT.as_string().alias("unit"),
-        _DANGER_LEVEL.as_string().alias("danger_level"),
-        x.alias("x"),
-        y.alias("y"),
-        z.alias("z"),
+        *typed_columns(SENSOR_READING_PAYLOAD).values(),
         # hypot avoids overflow in the squares of large finite components.
-        F.when(_SENSOR_TYPE.as_string() == "accelerometer", F.hypot(F.hypot(x, y), z)).alias(
-            "magnitude"
-        ),
-        _ACTIVITY.as_string().alias("activity"),
-        _MODEL.as_string().alias("model"),
-        _GEO_CITY.as_string().alias("geo_city"),
-        _GEO_COUNTRY.as_string().alias("geo_country"),
+        F.when(accelerometer, F.hypot(F.hypot(x, y), z)).alias("magnitude"),
         rescued_fields(F.col("_json"), SENSOR_READING_PAYLOAD.fieldNames()).alias("_rescued"),
     )
     return checked.select(*bronze.columns, "error_code", "error_detail", reading.alias("reading"))

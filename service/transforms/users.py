@@ -20,15 +20,17 @@ import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from service.schemas import USER_PAYLOAD
+from service.schemas import INGESTED_AT, LINEAGE, RESCUED, USER_PAYLOAD, USER_PROFILE
 from service.transforms.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     JsonField,
     Violation,
+    payload_fields,
     payload_violations,
     rescued_fields,
     shown,
     stage_fields,
+    typed_columns,
     with_error,
     with_parsed_payload,
 )
@@ -36,31 +38,11 @@ from service.transforms.validation import (
 GENDERS = ("F", "M", "X")
 MAX_NAME_CHARS = 200
 EARLIEST_DOB = datetime.date(1900, 1, 1)
+_LINEAGE = tuple(c.name for c in LINEAGE)
 # The profile an upsert carries, with its lineage, as `latest_user_changes` returns it.
-UPSERT_COLUMNS = (
-    "first_name",
-    "last_name",
-    "dob",
-    "gender",
-    "country",
-    "updated_at",
-    "_rescued",
-    "kafka_topic",
-    "kafka_partition",
-    "kafka_offset",
-    "kafka_timestamp",
-    "ingested_at",
-)
-_LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
+UPSERT_COLUMNS = (*USER_PROFILE.fieldNames(), RESCUED.name, *_LINEAGE, INGESTED_AT.name)
 
-_USER_ID = JsonField("user_id")
-_FIRST_NAME = JsonField("first_name")
-_LAST_NAME = JsonField("last_name")
-_DOB = JsonField("dob")
-_GENDER = JsonField("gender")
-_COUNTRY = JsonField("country")
-_UPDATED_AT = JsonField("updated_at")
-_FIELDS = (_USER_ID, _FIRST_NAME, _LAST_NAME, _DOB, _GENDER, _COUNTRY, _UPDATED_AT)
+_FIELDS = payload_fields(USER_PAYLOAD)
 _INTEGER_KEY = r"^-?[0-9]+$"
 
 
@@ -103,23 +85,24 @@ def _name_violations(field: JsonField) -> list[Violation]:
 
 
 def _field_violations(today: Column) -> list[Violation]:
+    f = _FIELDS
     upsert = ~_is_tombstone()
-    country = _COUNTRY.as_string()
+    country = f["country"].as_string()
     rules = [
-        *_USER_ID.required(),
-        *_USER_ID.integer(minimum=1),
-        *_name_violations(_FIRST_NAME),
-        *_name_violations(_LAST_NAME),
-        *_DOB.date(F.lit(EARLIEST_DOB), today),
-        *_GENDER.string(one_of=GENDERS),
-        *_COUNTRY.string(),
+        *f["user_id"].required(),
+        *f["user_id"].integer(minimum=1),
+        *_name_violations(f["first_name"]),
+        *_name_violations(f["last_name"]),
+        *f["dob"].date(F.lit(EARLIEST_DOB), today),
+        *f["gender"].string(one_of=GENDERS),
+        *f["country"].string(),
         Violation(
             "invalid_value",
             ~country.rlike("^[A-Z]{2}$"),
             F.concat(F.lit("country: "), shown(country), F.lit(" is not 2 uppercase letters")),
         ),
-        *_UPDATED_AT.required(),
-        *_UPDATED_AT.timestamp(),
+        *f["updated_at"].required(),
+        *f["updated_at"].timestamp(),
     ]
     # A tombstone has no payload: only its key is checked.
     return [Violation(r.code, upsert & r.broken, r.detail) for r in rules]
@@ -138,7 +121,7 @@ def parse_user_changes(
     ``today`` (a date column, default ``current_date()``) bounds ``dob``.
     """
     latest_dob = today if today is not None else F.current_date()
-    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS)
+    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS.values())
     checked = with_error(
         staged,
         [
@@ -148,18 +131,14 @@ def parse_user_changes(
         ],
     )
     tombstone = _is_tombstone()
-    updated_at = _UPDATED_AT.as_timestamp()
+    updated_at = _FIELDS["updated_at"].as_timestamp()
+    typed = typed_columns(USER_PAYLOAD)
     change = F.struct(
         tombstone.alias("is_tombstone"),
         F.when(tombstone, F.col("key").try_cast("bigint"))
-        .otherwise(_USER_ID.as_long())
+        .otherwise(_FIELDS["user_id"].as_long())
         .alias("user_id"),
-        _FIRST_NAME.as_string().alias("first_name"),
-        _LAST_NAME.as_string().alias("last_name"),
-        _DOB.as_date().alias("dob"),
-        _GENDER.as_string().alias("gender"),
-        _COUNTRY.as_string().alias("country"),
-        updated_at.alias("updated_at"),
+        *[typed[name] for name in USER_PROFILE.fieldNames()],
         F.when(tombstone, F.col("kafka_timestamp")).otherwise(updated_at).alias("change_time"),
         rescued_fields(F.col("_json"), USER_PAYLOAD.fieldNames()).alias("_rescued"),
     )

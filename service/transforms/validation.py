@@ -25,13 +25,22 @@ objects are not rescued.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
-from service.schemas import QUARANTINE
+from service.schemas import QUARANTINE, payload_columns
 
 ERROR_CODES = (
     "empty_payload",
@@ -251,6 +260,17 @@ class JsonField:
         text = self.as_string()
         return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
 
+    def as_type(self, data_type: DataType) -> Column:
+        """The value as ``data_type`` when it has the JSON type that stands for it."""
+        readers: dict[DataType, Callable[[], Column]] = {
+            StringType(): self.as_string,
+            LongType(): self.as_long,
+            DoubleType(): self.as_double,
+            TimestampType(): self.as_timestamp,
+            DateType(): self.as_date,
+        }
+        return readers[data_type]()
+
     def _detail(self, *parts: Column | str) -> Column:
         return F.concat(
             F.lit(f"{self.name}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts]
@@ -377,10 +397,29 @@ class JsonField:
         return self.typed("a JSON object", "object")
 
 
-def stage_fields(records: DataFrame, fields: Sequence[JsonField]) -> DataFrame:
+def payload_fields(payload: StructType) -> dict[str, JsonField]:
+    """Every field of a payload contract by JSON path, objects before their fields."""
+    fields: dict[str, JsonField] = {}
+    for field in payload.fields:
+        fields[field.name] = JsonField(field.name)
+        if isinstance(field.dataType, StructType):
+            fields.update({p: JsonField(p) for p, _ in payload_columns(StructType([field]))})
+    return fields
+
+
+def typed_columns(payload: StructType) -> dict[str, Column]:
+    """The payload's typed columns by name (`service.schemas.payload_columns`), null if invalid."""
+    return {
+        column.name: JsonField(path).as_type(column.dataType).alias(column.name)
+        for path, column in payload_columns(payload)
+    }
+
+
+def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
     """Add the raw and type columns of ``fields`` to rows made by `with_parsed_payload`."""
-    raws = records.select("*", *[f.staged_raw() for f in fields])
-    return raws.select("*", *[f.staged_kind() for f in fields])
+    staged = list(fields)
+    raws = records.select("*", *[f.staged_raw() for f in staged])
+    return raws.select("*", *[f.staged_kind() for f in staged])
 
 
 def with_error(records: DataFrame, violations: Iterable[Violation]) -> DataFrame:

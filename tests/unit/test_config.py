@@ -9,6 +9,7 @@ import pytest
 
 from service.config import load_settings
 from service.errors import ConfigError
+from service.tables import BRONZE_USERS
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +41,7 @@ def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None
     assert "k1:9092,k2:9093" == settings.kafka_bootstrap_servers
     assert "s3a://bucket/prefix" == settings.storage_uri
     assert "s3a://other/cp" == settings.checkpoint_uri
-    assert "s3a://bucket/prefix/bronze/users" == settings.table_uri("bronze/users")
+    assert "s3a://bucket/prefix/bronze/users" == BRONZE_USERS.uri(settings.storage_uri)
     assert ("http://127.0.0.1:9000", "eu-west-1") == (
         settings.aws_endpoint_url,
         settings.aws_region,

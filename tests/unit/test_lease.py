@@ -111,3 +111,28 @@ def test_a_lease_taken_over_while_running_is_reported_lost() -> None:
     assert lease.lost.wait(timeout=5)
     lease.release()
     assert "another-host" == json.loads(files.files[URI])["host"]
+
+
+class FailingWrites(MemoryFiles):
+    """Storage that answers every write with a fast error (revoked credentials, 403)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def write_text(self, uri: str, text: str) -> None:
+        if self.failing:
+            raise PermissionError("403 Forbidden")
+        super().write_text(uri, text)
+
+
+def test_a_failed_renewal_does_not_count_as_a_heartbeat() -> None:
+    files = FailingWrites()
+    lease = DriverLease(files, URI, ttl_seconds=1, renew_seconds=0.05)
+    lease.acquire()
+    acquired_at = lease.record.heartbeat_at
+    files.failing = True
+    lease.start_renewing()
+    threading.Event().wait(0.5)  # about ten failed renewals
+    lease.release()
+    assert acquired_at == lease.record.heartbeat_at

@@ -19,8 +19,8 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from service.ingest import IngestQuery
 from service.metrics import IngestMetrics, MetricsListener, termination_error_class
-from service.pipeline import BatchOutcome, IngestQuery
 from service.transforms.validation import ERROR_CODES
 
 PROGRESS = Path(__file__).parent / "progress"
@@ -236,16 +236,11 @@ def test_watermarked_query_reports_state_late_rows_and_watermark_freshness(
 def test_batch_outcome_counts_quarantine_by_code_rows_per_table_and_duplicates(
     registry: CollectorRegistry, metrics: IngestMetrics
 ) -> None:
-    query = IngestQuery("ingest_sensors", "sensors", "sensors")
-    outcome = BatchOutcome(
-        rows_in=100,
-        quarantined={"malformed_json": 3, "out_of_range": 2},
-        rows_written={"bronze/sensors": 100, "silver/quarantine": 5, "silver/sensor_readings": 94},
-        duplicates=1,
-    )
+    quarantined_by_code = {"malformed_json": 3, "out_of_range": 2}
+    rows_written = {"bronze/sensors": 100, "silver/quarantine": 5, "silver/sensor_readings": 94}
 
-    metrics.batch_written(query, outcome)
-    metrics.batch_written(query, outcome)
+    for _ in range(2):
+        metrics.batch_written("ingest_sensors", rows_written, quarantined_by_code, duplicates=1)
 
     def quarantined(code: str) -> float | None:
         labels = {**SENSORS, "error_code": code}
@@ -264,14 +259,14 @@ def test_declared_query_has_every_error_code_table_and_trigger_interval(
 ) -> None:
     query = IngestQuery("ingest_users", "users", "users")
 
-    metrics.query_declared(query.name, query.tables(), 10.0)
+    metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
 
     users = {"query": "ingest_users"}
     for code in ERROR_CODES:
         labels = {**users, "error_code": code}
         assert 0.0 == registry.get_sample_value("lakehouse_ingest_quarantined_rows_total", labels)
-    for table in query.tables():
-        labels = {**users, "table": table}
+    for table in query.tables:
+        labels = {**users, "table": table.name}
         assert 0.0 == registry.get_sample_value("lakehouse_ingest_table_rows_written_total", labels)
     assert 10.0 == registry.get_sample_value("lakehouse_ingest_trigger_interval_seconds", users)
     assert 0.0 == registry.get_sample_value("lakehouse_ingest_query_up", users)
@@ -351,12 +346,7 @@ def test_exposition_of_every_recorded_event_passes_promtool_check_metrics(
     listener.onQueryTerminated(
         QueryTerminatedEvent.fromJson(recorded("terminated_with_error.json"))
     )
-    metrics.batch_written(
-        IngestQuery("ingest_sensors", "sensors", "sensors"),
-        BatchOutcome(
-            rows_in=3, quarantined={"missing_field": 1}, rows_written={"bronze/sensors": 3}
-        ),
-    )
+    metrics.batch_written("ingest_sensors", {"bronze/sensors": 3}, {"missing_field": 1}, 0)
 
     result = subprocess.run(
         [promtool, "check", "metrics"],

@@ -3,71 +3,65 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from service.checkpoints import CheckpointState, read_checkpoint
+from service.hadoop_fs import HadoopFiles
 from service.status import (
-    CheckpointLog,
     LeaseStatus,
     PartitionStatus,
     QueryStatus,
     Status,
     TableStatus,
     partition_lag,
-    read_checkpoint_log,
 )
 
 CHECKPOINT = "s3a://lake/_checkpoints/ingest_sensors"
 
 
-class Files:
-    """An in-memory stand-in for `HadoopFiles` (read_text, list_names)."""
-
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-
-    def read_text(self, uri: str) -> str | None:
-        return self.files.get(uri)
-
-    def list_names(self, uri: str) -> list[str]:
-        prefix = uri.rstrip("/") + "/"
-        return sorted({k[len(prefix) :].split("/")[0] for k in self.files if k.startswith(prefix)})
-
-
-def offsets_file(batch_ms: int, offsets: dict[str, object]) -> str:
-    meta = {"batchWatermarkMs": 0, "batchTimestampMs": batch_ms, "conf": {}}
-    return "\n".join(["v1", json.dumps(meta), json.dumps(offsets)])
-
-
-def test_checkpoint_log_is_the_last_committed_batch_and_its_offsets() -> None:
-    files = Files(
-        {
-            f"{CHECKPOINT}/metadata": '{"id":"3f1c"}',
-            f"{CHECKPOINT}/offsets/0": offsets_file(1_700_000_000_000, {"sensors": {"0": 5}}),
-            f"{CHECKPOINT}/offsets/1": offsets_file(
-                1_700_000_060_000, {"sensors": {"0": 9, "1": 4}}
-            ),
-            f"{CHECKPOINT}/offsets/2": offsets_file(1_700_000_120_000, {"sensors": {"0": 12}}),
-            f"{CHECKPOINT}/commits/0": "v1\n{}",
-            f"{CHECKPOINT}/commits/1": "v1\n{}",
-        }
+def run_file_stream(spark: SparkSession, source: Path, checkpoint: str) -> str:
+    """Drain ``source`` once with an available-now query; return the query id."""
+    query = (
+        spark.readStream.schema("line STRING")
+        .csv(str(source))
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
     )
+    query.awaitTermination(120)
+    return str(query.id)
 
-    log = read_checkpoint_log(files, CHECKPOINT, lambda uri: 1_700_000_070.0)
 
-    assert (
-        CheckpointLog(
-            query_id="3f1c",
-            last_committed_batch=1,
-            last_batch_time="2023-11-14T22:14:20+00:00",
-            committed_at="2023-11-14T22:14:30+00:00",
-            planned_batch=2,
-            offsets={"sensors": {0: 9, 1: 4}},
-        )
-        == log
+def test_checkpoint_written_by_spark_reads_as_its_id_and_last_committed_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source, checkpoint = tmp_path / "in", f"file:{tmp_path / 'checkpoint'}"
+    source.mkdir()
+    (source / "a.csv").write_text("one\n")
+    run_file_stream(spark, source, checkpoint)
+    (source / "b.csv").write_text("two\n")
+    before = time.time()
+    query_id = run_file_stream(spark, source, checkpoint)
+
+    state = read_checkpoint(HadoopFiles(spark), checkpoint)
+
+    assert (query_id, 1, None, {}) == (
+        state.query_id,
+        state.last_committed_batch,
+        state.planned_batch,
+        state.kafka_offsets,  # a file source's offsets are not Kafka's
     )
+    assert state.batch_timestamp_ms is not None
+    assert before <= state.batch_timestamp_ms / 1000 <= time.time()
 
 
-def test_new_checkpoint_has_no_committed_batch() -> None:
-    assert CheckpointLog() == read_checkpoint_log(Files({}), CHECKPOINT)
+def test_new_checkpoint_has_no_committed_batch(spark: SparkSession, tmp_path: Path) -> None:
+    uri = f"file:{tmp_path / 'none'}"
+    assert CheckpointState(uri) == read_checkpoint(HadoopFiles(spark), uri)
 
 
 def test_lag_is_latest_minus_committed_and_unread_partitions_lag_from_their_start() -> None:
@@ -123,17 +117,3 @@ def test_report_lists_queries_and_tables_as_text_and_json() -> None:
     assert ["bronze/sensors", "42", "9", "t", "WRITE"] == table_row.split()
     assert "(no table)" in text
     assert 3 == json.loads(status.to_json())["queries"][0]["lag"]
-
-
-def test_non_kafka_source_offsets_are_skipped() -> None:
-    delta_offset = {"sourceVersion": 1, "reservoirId": "abc", "reservoirVersion": 7, "index": -1}
-    files = Files(
-        {
-            f"{CHECKPOINT}/offsets/0": offsets_file(1_700_000_000_000, delta_offset),
-            f"{CHECKPOINT}/commits/0": "v1\n{}",
-        }
-    )
-
-    log = read_checkpoint_log(files, CHECKPOINT)
-
-    assert (0, {}) == (log.last_committed_batch, log.offsets)

@@ -1,0 +1,138 @@
+"""The query runner shared by ingest and gold: checkpoint location, table checks, start-up.
+
+Every streaming query of the service writes its tables in ``foreachBatch``
+through a `QueryWriter`, which tags each Delta commit with the query's
+``txnAppId`` (derived from the checkpoint's query id) and the batch id.
+Before a query starts, `prepare_tables` refuses a checkpoint that disagrees with
+its tables and creates the declared tables that do not exist yet.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol
+
+import structlog
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from service import checkpoints
+from service.config import Settings
+from service.errors import QueryNotBoundError
+from service.hadoop_fs import HadoopFiles
+from service.sinks.delta import ensure_table, table_transactions
+from service.tables import Table
+
+log = structlog.get_logger(__name__)
+
+# How long a batch waits for its query to be bound (the query id is known once started).
+_BIND_TIMEOUT_SECONDS = 120.0
+
+
+def checkpoint_location(settings: Settings, query_name: str) -> str:
+    """The checkpoint URI of the query named ``query_name``."""
+    return f"{settings.checkpoint_uri}/{query_name}"
+
+
+class QuerySpec(Protocol):
+    """What the runner needs of a query: its name and the tables it writes."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tables(self) -> tuple[Table, ...]: ...
+
+
+class QueryWriter:
+    """The ``foreachBatch`` function's shared state: the txn app id and the batch in flight.
+
+    The app id is derived from the query id Spark keeps in the checkpoint, known only
+    once the query has started: `bind` sets it, and a batch waits for it.
+    """
+
+    def __init__(self, query_name: str) -> None:
+        self.query_name = query_name
+        self._app_id: str | None = None
+        self._bound = threading.Event()
+        self._in_flight: int | None = None
+        self.last_batch_id: int | None = None
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Write micro-batch ``batch_id`` (the ``foreachBatch`` function)."""
+        raise NotImplementedError
+
+    def bind(self, query_id: str) -> None:
+        """Set the txn app id from the started query's (checkpoint-persisted) id."""
+        self._app_id = checkpoints.app_id(self.query_name, query_id)
+        self._bound.set()
+
+    def app_id(self, batch_id: int) -> str:
+        """The txn app id, once bound."""
+        if not self._bound.wait(timeout=_BIND_TIMEOUT_SECONDS) or self._app_id is None:
+            raise QueryNotBoundError(
+                f"query {self.query_name}: batch {batch_id} started but the query was not "
+                f"bound to its checkpoint within {_BIND_TIMEOUT_SECONDS:.0f} s"
+            )
+        return self._app_id
+
+    @contextmanager
+    def writing(self, batch_id: int) -> Iterator[None]:
+        """Mark batch ``batch_id`` as being written for the duration of the block."""
+        self._in_flight = batch_id
+        try:
+            yield
+            self.last_batch_id = batch_id
+        finally:
+            self._in_flight = None
+
+    def finish_in_flight(self, timeout: float) -> int | None:
+        """Wait (up to ``timeout``) for the batch being written to end; return its id."""
+        batch_id = self._in_flight
+        deadline = time.monotonic() + timeout
+        while batch_id is not None and self._in_flight == batch_id:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return batch_id
+
+
+def prepare_tables(
+    spark: SparkSession, settings: Settings, query_name: str, tables: Sequence[Table]
+) -> None:
+    """Refuse a checkpoint/table mismatch, then create the query's missing declared tables."""
+    checkpoint = checkpoints.read_checkpoint(
+        HadoopFiles(spark), checkpoint_location(settings, query_name)
+    )
+    uris = {t.name: t.uri(settings.storage_uri) for t in tables}
+    txns = {uri: table_transactions(spark, uri) for uri in uris.values()}
+    checkpoints.verify_checkpoint_matches_tables(query_name, checkpoint, txns)
+    for table in tables:
+        if txns[uris[table.name]] is None and table.schema is not None:
+            ensure_table(spark, uris[table.name], table)
+
+
+def start_with_writer(
+    stream: DataStreamWriter,
+    settings: Settings,
+    writer: QueryWriter,
+    available_now: bool,
+    **context: str,
+) -> StreamingQuery:
+    """Start ``stream`` as the query ``writer`` writes, with the deployment's trigger."""
+    stream = (
+        stream.queryName(writer.query_name)
+        .option("checkpointLocation", checkpoint_location(settings, writer.query_name))
+        .foreachBatch(writer)
+    )
+    if available_now:
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
+    started = stream.start()
+    writer.bind(str(started.id))
+    log.info("query_started", query=writer.query_name, id=str(started.id), **context)
+    return started

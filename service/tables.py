@@ -1,0 +1,69 @@
+"""The table catalogue: every Delta table of the lake, its schema, partitioning and properties.
+
+Sinks, start-up checks, ``status`` and the tests read table names and shapes
+from here and nowhere else. An ingest table's schema is declared
+(`service.schemas`); a gold table takes the shape of its query's output, so its
+schema is None and its first append creates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from pyspark.sql.types import StructType
+
+from service.schemas import (
+    BRONZE,
+    QUARANTINE,
+    SENSOR_DUPLICATES,
+    SILVER_SENSOR_READINGS,
+    SILVER_USERS,
+)
+
+# Delta properties of every table: statistics only on the first columns (the
+# lineage and keys that reads filter on), never on raw payloads.
+_COMMON_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Table:
+    """One Delta table: ``name`` is its path under the storage root (``layer/table``)."""
+
+    name: str
+    schema: StructType | None = None
+    partition_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=lambda: _COMMON_PROPERTIES)
+
+    def uri(self, storage_uri: str) -> str:
+        """The table's location under ``storage_uri``."""
+        return f"{storage_uri}/{self.name}"
+
+
+BRONZE_USERS = Table("bronze/users", BRONZE)
+BRONZE_SENSORS = Table("bronze/sensors", BRONZE)
+QUARANTINE_TABLE = Table("silver/quarantine", QUARANTINE)
+USERS = Table("silver/users", SILVER_USERS)
+SENSOR_READINGS = Table("silver/sensor_readings", SILVER_SENSOR_READINGS, ("event_date",))
+SENSOR_DUPLICATES_TABLE = Table("silver/sensor_duplicates", SENSOR_DUPLICATES)
+
+SENSOR_STATS_1M = Table("gold/sensor_stats_1m")
+HEART_RATE_5M = Table("gold/heart_rate_5m")
+READINGS_ENRICHED = Table("gold/readings_enriched")
+HEART_RATE_ACTIVITY = Table("gold/heart_rate_activity")
+ALERTS = Table("gold/alerts")
+
+ALL_TABLES = (
+    BRONZE_USERS,
+    BRONZE_SENSORS,
+    QUARANTINE_TABLE,
+    USERS,
+    SENSOR_READINGS,
+    SENSOR_DUPLICATES_TABLE,
+    SENSOR_STATS_1M,
+    HEART_RATE_5M,
+    READINGS_ENRICHED,
+    HEART_RATE_ACTIVITY,
+    ALERTS,
+)
