@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,44 +18,16 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from devstack import KafkaBroker
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from tests.integration.harness import Lake
+from tests.payloads import profile, reading
 
 pytestmark = pytest.mark.integration
 
 NOW = datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def reading(**overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "event_id": "e",
-        "device_id": "watch-000001",
-        "user_id": 1,
-        "sensor_type": "heart_rate",
-        "event_time": iso(NOW),
-        "value": 72.0,
-        "unit": "bpm",
-    }
-    fields.update(overrides)
-    return {k: v for k, v in fields.items() if v is not None}
-
-
-def user(**overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "user_id": 7,
-        "first_name": "Ada",
-        "dob": "1990-01-02",
-        "gender": "F",
-        "country": "GB",
-        "updated_at": iso(NOW),
-    }
-    fields.update(overrides)
-    return {k: v for k, v in fields.items() if v is not None}
+Coordinates = tuple[str, int, int]
+PROFILE = ("first_name", "last_name", "dob", "gender", "country", "updated_at")
 
 
 def doc(fields: dict[str, Any]) -> bytes:
@@ -86,8 +58,8 @@ CORPUS = [
     Case("invalid utf-8", S, b"d", b'{"event_id": "\xff\xfe"}', "malformed_json"),
     Case("trailing garbage", S, b"d", doc(reading()) + b" trailing", "malformed_json"),
     Case("duplicate json keys", S, b"d", DUP_KEYS, "malformed_json"),
-    Case("bare NaN", S, b"d", doc(reading()).replace(b"72.0", b"NaN"), "malformed_json"),
-    Case("bare Infinity", S, b"d", doc(reading()).replace(b"72.0", b"Infinity"), "malformed_json"),
+    Case("bare NaN", S, b"d", doc(reading()).replace(b"72.5", b"NaN"), "malformed_json"),
+    Case("bare Infinity", S, b"d", doc(reading()).replace(b"72.5", b"Infinity"), "malformed_json"),
     Case("nested 5000 deep", S, b"d", nested(5000), "malformed_json"),
     Case("json array", S, b"d", b"[1, 2]", "not_an_object"),
     Case("json string", S, b"d", b'"hello"', "not_an_object"),
@@ -118,9 +90,9 @@ CORPUS = [
     Case("unknown danger_level", S, b"d", doc(reading(danger_level="EXTREME")), "invalid_value",
          "danger_level"),
     Case("negative user_id", S, b"d", doc(reading(user_id=-5)), "out_of_range", "user_id"),
-    Case("huge user_id", S, b"d", doc(reading()).replace(b'"user_id": 1', b'"user_id": 1' + HUGE),
+    Case("huge user_id", S, b"d", doc(reading()).replace(b'"user_id": 7', b'"user_id": 7' + HUGE),
          "out_of_range", "user_id"),
-    Case("huge number", S, b"d", doc(reading()).replace(b"72.0", b"1e400"), "out_of_range",
+    Case("huge number", S, b"d", doc(reading()).replace(b"72.5", b"1e400"), "out_of_range",
          "value"),
     Case("heart rate 400", S, b"d", doc(reading(value=400.0)), "out_of_range", "value"),
     Case("temperature -80", S, b"d", doc(reading(sensor_type="temperature", value=-80.0)),
@@ -142,22 +114,23 @@ CORPUS = [
          doc(reading(event_id="extra", firmware="1.2", battery={"pct": 80})), None),
     Case("tombstone of a user", U, b"7", None, None),
     Case("tombstone with a bad key", U, b"abc", None, "type_mismatch", "key"),
-    Case("user without updated_at", U, b"8", doc(user(user_id=8, updated_at=None)),
+    Case("user without updated_at", U, b"8", profile(user_id=8, updated_at=None).encode(),
          "missing_field", "updated_at"),
-    Case("user with unknown gender", U, b"8", doc(user(user_id=8, gender="Q")), "invalid_value",
-         "gender"),
-    Case("user born 1800", U, b"8", doc(user(user_id=8, dob="1800-01-01")), "out_of_range", "dob"),
-    Case("user with 3-letter country", U, b"8", doc(user(user_id=8, country="FRA")),
+    Case("user with unknown gender", U, b"8", profile(user_id=8, gender="Q").encode(),
+         "invalid_value", "gender"),
+    Case("user born 1800", U, b"8", profile(user_id=8, dob="1800-01-01").encode(),
+         "out_of_range", "dob"),
+    Case("user with 3-letter country", U, b"8", profile(user_id=8, country="FRA").encode(),
          "invalid_value", "country"),
-    Case("user with a 300-char name", U, b"8", doc(user(user_id=8, first_name="n" * 300)),
+    Case("user with a 300-char name", U, b"8", profile(user_id=8, first_name="n" * 300).encode(),
          "out_of_range", "first_name"),
-    Case("valid user", U, b"9", doc(user(user_id=9)), None),
+    Case("valid user", U, b"9", profile(user_id=9).encode(), None),
 ]  # fmt: skip
 
 
-def produce(lake: Lake) -> dict[tuple[str, int, int], Case]:
+def produce(lake: Lake) -> dict[Coordinates, Case]:
     """Produce the corpus; return each case by the Kafka coordinates it got."""
-    landed: dict[tuple[str, int, int], Case] = {}
+    landed: dict[Coordinates, Case] = {}
     errors: list[str] = []
     producer = Producer(
         {"bootstrap.servers": lake.bootstrap_servers, "message.max.bytes": 4 * 1024 * 1024}
@@ -187,6 +160,39 @@ def allow_large_messages(broker: KafkaBroker, topic: str) -> None:
         future.result(timeout=30)
 
 
+def implied_user(case: Case, where: Coordinates) -> tuple[int, dict[str, Any]]:
+    """The user id and silver/users state a valid users record implies as its user's only
+    change: a tombstone, its key's user deleted without a profile; an upsert, its profile."""
+    fields: dict[str, Any] = {}
+    if case.value is None:
+        assert case.key is not None
+        user_id = int(case.key)
+    else:
+        fields = json.loads(case.value)
+        user_id = fields["user_id"]
+    dob, updated_at = fields.get("dob"), fields.get("updated_at")
+    state = {
+        **{name: fields.get(name) for name in PROFILE},
+        "dob": dob and date.fromisoformat(dob),
+        "updated_at": updated_at
+        and datetime.fromisoformat(updated_at).astimezone(UTC).replace(tzinfo=None),
+        "is_deleted": case.value is None,
+        "has_deleted_at": case.value is None,
+        "lineage": where,
+    }
+    return user_id, state
+
+
+def user_state(row: Row) -> dict[str, Any]:
+    """A silver/users row as `implied_user` states it (timestamps are UTC: tests/__init__)."""
+    return {
+        **{name: row[name] for name in PROFILE},
+        "is_deleted": row.is_deleted,
+        "has_deleted_at": row.deleted_at is not None,
+        "lineage": (row.kafka_topic, row.kafka_partition, row.kafka_offset),
+    }
+
+
 def wait_for_rows(spark: SparkSession, uri: str, rows: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -206,24 +212,35 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         driver.wait_for_log('"event": "running"', timeout=180)
         by_coordinates = produce(lake)
         valid_readings = sum(1 for c in CORPUS if c.topic == S and c.code is None)
+        valid_users = sum(1 for c in CORPUS if c.topic == U and c.code is None)
         # Quarantine and silver are written after bronze, in the same micro-batch.
         wait_for_rows(spark, lake.table("silver/quarantine"), sum(1 for c in CORPUS if c.code), 240)
         wait_for_rows(spark, lake.table("silver/sensor_readings"), valid_readings, 240)
+        wait_for_rows(spark, lake.table("silver/users"), valid_users, 240)
         assert driver.alive(), driver.log_text()[-3000:]
         driver.terminate()
         assert 0 == driver.wait(timeout=120), driver.log_text()[-3000:]
     finally:
         driver.cleanup()
 
-    def coordinates(table: str) -> dict[tuple[str, int, int], Any]:
+    def coordinates(table: str) -> dict[Coordinates, Any]:
         rows = spark.read.format("delta").load(lake.table(table)).collect()
         return {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r for r in rows}
 
     quarantine = coordinates("silver/quarantine")
     readings = coordinates("silver/sensor_readings")
     users = {
-        r.user_id: r for r in spark.read.format("delta").load(lake.table("silver/users")).collect()
+        r.user_id: user_state(r)
+        for r in spark.read.format("delta").load(lake.table("silver/users")).collect()
     }
+    expected_users = dict(
+        implied_user(case, where)
+        for where, case in by_coordinates.items()
+        if case.topic == U and case.code is None
+    )
+    # One valid record per user, so that each record's effect is its user's whole row.
+    assert valid_users == len(expected_users)
+    user_lineage = {state["lineage"] for state in users.values()}
     wrong = []
     for where, case in by_coordinates.items():
         row = quarantine.get(where)
@@ -231,13 +248,19 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         detail_ok = case.field is None or (
             row is not None and str(row.error_detail).startswith(case.field)
         )
-        in_silver = where in readings if case.topic == S else where not in quarantine
+        if case.topic == S:
+            in_silver = where in readings
+        elif case.code is None:
+            user_id, state = implied_user(case, where)
+            in_silver = state == users.get(user_id)
+        else:
+            in_silver = where in user_lineage
         if actual_code != case.code or not detail_ok or (case.code is None) != in_silver:
             wrong.append((case.name, case.code, actual_code, row and row.error_detail))
     assert [] == wrong
+    # Every user of the corpus: a user with only invalid records (8) has no row at all.
+    assert expected_users == users
     raw = {r.value.encode() if r.value is not None else None for r in quarantine.values()}
     assert DUP_KEYS in raw  # the raw value is kept as received
     rescued = next(r for r in readings.values() if r.event_id == "extra")
     assert {"battery": {"pct": 80}, "firmware": "1.2"} == json.loads(rescued._rescued)
-    assert users[7].is_deleted and users[7].deleted_at is not None
-    assert not users[9].is_deleted and "Ada" == users[9].first_name

@@ -100,6 +100,9 @@ def naive(moment: datetime) -> datetime:
 def reading(
     rng: random.Random, event_id: str, user_id: int | None, kind: str, at: datetime
 ) -> dict[str, Any]:
+    """A random plausible ``kind`` reading of ``user_id``'s device at ``at``: workload, not the
+    fixed valid payload of `tests.payloads.reading`; an anonymous device keeps an explicit
+    null ``user_id``, which the oracles read back."""
     record: dict[str, Any] = {
         "event_id": event_id,
         "device_id": f"dev-{user_id or 'anon'}-{kind[:4]}",

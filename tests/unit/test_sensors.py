@@ -12,24 +12,10 @@ from pyspark.sql import functions as F
 from service.schemas import QUARANTINE, SILVER_SENSOR_READINGS
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.validation import ERROR_CODES, split_valid_invalid, to_quarantine
+from tests.payloads import reading
 from tests.unit.records import HEX, bronze_frame
 
 MAX_PAYLOAD_BYTES = 4096
-
-
-def reading(**overrides: Any) -> dict[str, Any]:
-    """A valid heart-rate reading with ``overrides`` (None removes a field)."""
-    fields: dict[str, Any] = {
-        "event_id": "e-1",
-        "device_id": "watch-1",
-        "user_id": 7,
-        "sensor_type": "heart_rate",
-        "event_time": "2024-05-01T11:59:00Z",
-        "value": 72.5,
-        "unit": "bpm",
-    }
-    fields.update(overrides)
-    return {k: v for k, v in fields.items() if v is not None}
 
 
 def accelerometer(**overrides: Any) -> dict[str, Any]:

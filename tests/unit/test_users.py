@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 from typing import Any
 
 import pytest
@@ -12,24 +11,10 @@ from pyspark.sql import functions as F
 
 from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid
+from tests.payloads import profile
 from tests.unit.records import bronze_frame
 
 TODAY = datetime.date(2024, 5, 1)
-
-
-def profile(**overrides: Any) -> str:
-    """A valid user payload with ``overrides`` (None removes a field)."""
-    fields: dict[str, Any] = {
-        "user_id": 1,
-        "first_name": "Ada",
-        "last_name": "Lovelace",
-        "dob": "1990-12-10",
-        "gender": "F",
-        "country": "GB",
-        "updated_at": "2024-04-01T00:00:00Z",
-    }
-    fields.update(overrides)
-    return json.dumps({k: v for k, v in fields.items() if v is not None})
 
 
 # case name → (key, value, expected error_code, expected error_detail)

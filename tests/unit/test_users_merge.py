@@ -10,13 +10,13 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from service.schemas import SILVER_USERS
 from service.sinks.delta import ensure_table
 from service.sinks.users import merge_users_once
+from service.tables import USERS
 from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid
+from tests.payloads import profile
 from tests.unit.records import bronze_frame
-from tests.unit.test_users import profile
 
 APP = "silver_users-test"
 BATCH_ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
@@ -52,7 +52,7 @@ def table(spark: SparkSession, uri: str) -> dict[int, dict[str, Any]]:
 def users_uri(spark: SparkSession, tmp_path: Path) -> str:
     """An empty silver/users table."""
     uri = f"file:{tmp_path}/silver/users"
-    ensure_table(spark, uri, SILVER_USERS)
+    ensure_table(spark, uri, USERS)
     return uri
 
 
@@ -117,7 +117,7 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
     states = []
     for split in (1, len(changes)):
         uri = f"file:{tmp_path}/split-{split}"
-        ensure_table(spark, uri, SILVER_USERS)
+        ensure_table(spark, uri, USERS)
         for version, start in enumerate(range(0, len(changes), split)):
             merge(spark, uri, changes[start : start + split], version, first_offset=start)
         states.append(
