@@ -27,11 +27,13 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
 CHART_DIR    := helm/lakehouse-ingest
 
-.PHONY: help setup venv jars kafka-jars minio tools chart-files prometheus run test test-unit test-integration lint typecheck clean
+.PHONY: help setup venv jars kafka-jars minio tools chart-files prometheus run test test-unit test-integration lint typecheck bench clean
 
 help:
 	@echo "make run    set up everything, start local Kafka + generator + the service (Ctrl-C stops all)"
 	@echo "make test   set up everything and run the whole test suite"
+	@echo "make bench  benchmark on this machine: baseline vs ingest vs ingest+gold (not a test;"
+	@echo "            BENCH_ARGS='--help' lists the options, e.g. BENCH_ARGS='--mode sustained')"
 	@echo "make lint | typecheck | test-unit | test-integration | clean"
 
 setup: venv jars kafka-jars minio tools chart-files prometheus
@@ -92,8 +94,8 @@ run: setup
 	$(PY) deploy/local/run_local.py
 
 test: setup
-	$(VENV)/bin/ruff check service tests deploy/local
-	$(VENV)/bin/ruff format --check service tests deploy/local
+	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
+	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest tests
 
@@ -104,11 +106,15 @@ test-integration: setup
 	$(VENV)/bin/pytest tests/integration
 
 lint: venv
-	$(VENV)/bin/ruff check service tests deploy/local
-	$(VENV)/bin/ruff format --check service tests deploy/local
+	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
+	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
 
 typecheck: venv
 	$(VENV)/bin/mypy
+
+# Throughput, latency and resources (deploy/bench/README.md); never part of `make test`.
+bench: setup
+	$(PY) deploy/bench/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache
