@@ -13,6 +13,7 @@ at least once there (a replayed batch publishes again), exactly once in Delta.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -108,16 +109,23 @@ class GoldWriter(QueryWriter):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
+            started = time.monotonic()
             per_batch = self.query.per_batch
-            rows = (per_batch(batch, self.settings) if per_batch else batch).persist()
+            rows = per_batch(batch, self.settings) if per_batch else batch
+            if self.query.after_write is not None:
+                rows = rows.persist()  # published after the commit: computed once
             try:
-                count = rows.count()
                 append_once(rows, self.query.table.uri(self.settings.storage_uri), app_id, batch_id)
                 if self.query.after_write is not None:
                     self.query.after_write(rows, self.settings)
             finally:
                 rows.unpersist()
-            log.info("batch_written", query=self.query.name, batch_id=batch_id, rows_out=count)
+            log.info(
+                "batch_written",
+                query=self.query.name,
+                batch_id=batch_id,
+                duration_ms=round((time.monotonic() - started) * 1000),
+            )
 
 
 def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFrame:
@@ -155,4 +163,5 @@ def start_gold_query(
         .load(SENSOR_READINGS.uri(settings.storage_uri))
     )
     stream = query.build(readings, settings).writeStream.outputMode("append")
-    return start_with_writer(stream, settings, writer, available_now, source=SENSOR_READINGS.name)
+    source = SENSOR_READINGS.name
+    return start_with_writer(spark, stream, settings, writer, available_now, "gold", source=source)

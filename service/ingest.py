@@ -1,14 +1,16 @@
 """The ingest queries: what each reads, which tables it writes, and how a batch is written.
 
 Kafka is read once per topic by an *ingest query*. Its ``foreachBatch`` writer
-takes the micro-batch, makes the bronze rows, and from those same rows (cached,
-so bronze and silver see identical records) validates, quarantines, dedups and
-writes silver. Every table write carries Delta's ``txnAppId``/``txnVersion`` =
-(query app id, batch id). If the driver dies anywhere inside a batch, the
-restart replays the same offsets under the same batch id: tables that already
-hold that batch skip it, the others apply it, so every record lands exactly
-once in every table. Each table receives a commit every batch (possibly empty),
-which is what lets `service.checkpoints` prove a table and its checkpoint agree.
+takes the micro-batch, validates it once into cached rows that carry both the
+bronze columns and the parsed payload, and from those same rows writes bronze,
+quarantines, dedups and writes silver. Every table write carries Delta's
+``txnAppId``/``txnVersion`` = (query app id, batch id). If the driver dies
+anywhere inside a batch, the restart replays the same offsets under the same
+batch id: tables that already hold that batch skip it, the others apply it, so
+every record lands exactly once in every table. Bronze receives a commit every
+batch, which is what lets `service.checkpoints` prove the tables and the
+checkpoint agree; the other tables receive one only when the batch has rows
+for them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 import structlog
@@ -26,6 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
 from service.queries import QueryWriter, start_with_writer
+from service.schemas import BRONZE
 from service.sinks.delta import append_once
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
@@ -99,12 +102,15 @@ class BatchWriter(QueryWriter):
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
             started = time.monotonic()
-            bronze = to_bronze(batch).persist()
+            parse = _parse_users if self.query.kind == "users" else _parse_sensors
+            # Cached: every table is written from the same validated rows, parsed once.
+            parsed = parse(to_bronze(batch), self.settings).persist()
             try:
+                summary = _summarize(parsed)
                 write = _write_users if self.query.kind == "users" else _write_sensors
-                outcome = write(bronze, self.settings, app_id, batch_id)
+                outcome = write(parsed, summary, self.settings, app_id, batch_id)
             finally:
-                bronze.unpersist()
+                parsed.unpersist()
             self.on_batch(self.query.name, outcome)
             log.info(
                 "batch_written",
@@ -118,94 +124,137 @@ class BatchWriter(QueryWriter):
             )
 
 
-def _count_by_error(parsed: DataFrame) -> tuple[int, dict[str, int]]:
-    """Rows in, and rejected rows per error code, in one pass over the cached batch."""
-    counts = {
-        r["error_code"]: int(r["count"]) for r in parsed.groupBy("error_code").count().collect()
-    }
-    return sum(counts.values()), {k: v for k, v in counts.items() if k is not None}
+@dataclass(frozen=True)
+class BatchSummary:
+    """Counts and arrival-time bounds of a parsed batch, from one aggregation job."""
+
+    rows_in: int
+    quarantined: dict[str, int]
+    first_arrival: datetime | None
+    last_arrival: datetime | None
+
+    @property
+    def valid(self) -> int:
+        """Rows that passed validation."""
+        return self.rows_in - sum(self.quarantined.values())
 
 
-def _write_users(bronze: DataFrame, settings: Settings, app_id: str, batch_id: int) -> BatchOutcome:
-    append_once(bronze, BRONZE_USERS.uri(settings.storage_uri), app_id, batch_id)
-    parsed = parse_user_changes(bronze, max_payload_bytes=settings.max_payload_bytes).persist()
-    try:
-        rows_in, quarantined = _count_by_error(parsed)
-        valid, invalid = split_valid_invalid(parsed)
-        append_once(
-            to_quarantine(invalid), QUARANTINE_TABLE.uri(settings.storage_uri), app_id, batch_id
+def _summarize(parsed: DataFrame) -> BatchSummary:
+    """Rows in, rejected rows per error code and the arrival bounds, in one pass (it caches)."""
+    groups = (
+        parsed.groupBy("error_code")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("kafka_timestamp").alias("first"),
+            F.max("kafka_timestamp").alias("last"),
         )
-        merge_users_once(
-            latest_user_changes(valid), USERS.uri(settings.storage_uri), app_id, batch_id
-        )
-    finally:
-        parsed.unpersist()
-    valid_rows = rows_in - sum(quarantined.values())
+        .collect()
+    )
+    firsts = [g["first"] for g in groups if g["first"] is not None]
+    lasts = [g["last"] for g in groups if g["last"] is not None]
+    return BatchSummary(
+        rows_in=sum(int(g["rows"]) for g in groups),
+        quarantined={g["error_code"]: int(g["rows"]) for g in groups if g["error_code"]},
+        first_arrival=min(firsts, default=None),
+        last_arrival=max(lasts, default=None),
+    )
+
+
+def _parse_users(bronze: DataFrame, settings: Settings) -> DataFrame:
+    return parse_user_changes(bronze, max_payload_bytes=settings.max_payload_bytes)
+
+
+def _parse_sensors(bronze: DataFrame, settings: Settings) -> DataFrame:
+    return parse_sensor_readings(
+        bronze,
+        max_payload_bytes=settings.max_payload_bytes,
+        max_future_seconds=settings.max_future_seconds,
+    )
+
+
+def _write_common(
+    parsed: DataFrame,
+    summary: BatchSummary,
+    bronze_table: Table,
+    settings: Settings,
+    app_id: str,
+    batch_id: int,
+) -> DataFrame:
+    """Append bronze (every batch) and quarantine (when rows were rejected); return valid rows.
+
+    Bronze is the query's anchor table: it commits every batch, so its txn version
+    proves which batches the tables hold (`service.checkpoints`). The other tables
+    commit only when they receive rows: an empty commit would cost a Delta
+    transaction and prove nothing more.
+    """
+    bronze = parsed.select(*BRONZE.fieldNames())
+    append_once(bronze, bronze_table.uri(settings.storage_uri), app_id, batch_id)
+    valid, invalid = split_valid_invalid(parsed)
+    if summary.quarantined:
+        quarantine = QUARANTINE_TABLE.uri(settings.storage_uri)
+        append_once(to_quarantine(invalid), quarantine, app_id, batch_id)
+    return valid
+
+
+def _write_users(
+    parsed: DataFrame, summary: BatchSummary, settings: Settings, app_id: str, batch_id: int
+) -> BatchOutcome:
+    valid = _write_common(parsed, summary, BRONZE_USERS, settings, app_id, batch_id)
+    if summary.valid:
+        users = USERS.uri(settings.storage_uri)
+        merge_users_once(latest_user_changes(valid), users, app_id, batch_id)
     return BatchOutcome(
-        rows_in=rows_in,
-        quarantined=quarantined,
+        rows_in=summary.rows_in,
+        quarantined=summary.quarantined,
         rows_written={
-            BRONZE_USERS.name: rows_in,
-            QUARANTINE_TABLE.name: sum(quarantined.values()),
-            USERS.name: valid_rows,
+            BRONZE_USERS.name: summary.rows_in,
+            QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
+            USERS.name: summary.valid,
         },
     )
 
 
 def _write_sensors(
-    bronze: DataFrame, settings: Settings, app_id: str, batch_id: int
+    parsed: DataFrame, summary: BatchSummary, settings: Settings, app_id: str, batch_id: int
 ) -> BatchOutcome:
-    append_once(bronze, BRONZE_SENSORS.uri(settings.storage_uri), app_id, batch_id)
-    parsed = parse_sensor_readings(
-        bronze,
-        max_payload_bytes=settings.max_payload_bytes,
-        max_future_seconds=settings.max_future_seconds,
-    ).persist()
-    try:
-        rows_in, quarantined = _count_by_error(parsed)
-        valid, invalid = split_valid_invalid(parsed)
-        append_once(
-            to_quarantine(invalid), QUARANTINE_TABLE.uri(settings.storage_uri), app_id, batch_id
-        )
+    valid = _write_common(parsed, summary, BRONZE_SENSORS, settings, app_id, batch_id)
+    duplicate_rows = 0
+    if summary.valid:
+        recent = _recent_readings(valid.sparkSession, summary, settings)
         readings = to_sensor_readings(valid)
-        recent = _recent_readings(bronze, settings)
         # Cached: the silver lookup and its shuffles run once for both outputs.
         marked = mark_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
             fresh, duplicates = split_marked(marked)
             duplicate_rows = duplicates.count()
-            append_once(
-                duplicates, SENSOR_DUPLICATES_TABLE.uri(settings.storage_uri), app_id, batch_id
-            )
-            append_once(fresh, SENSOR_READINGS.uri(settings.storage_uri), app_id, batch_id)
+            if duplicate_rows:
+                uri = SENSOR_DUPLICATES_TABLE.uri(settings.storage_uri)
+                append_once(duplicates, uri, app_id, batch_id)
+            if summary.valid > duplicate_rows:
+                append_once(fresh, SENSOR_READINGS.uri(settings.storage_uri), app_id, batch_id)
         finally:
             marked.unpersist()
-    finally:
-        parsed.unpersist()
-    fresh_rows = rows_in - sum(quarantined.values()) - duplicate_rows
     return BatchOutcome(
-        rows_in=rows_in,
-        quarantined=quarantined,
+        rows_in=summary.rows_in,
+        quarantined=summary.quarantined,
         duplicates=duplicate_rows,
         rows_written={
-            BRONZE_SENSORS.name: rows_in,
-            QUARANTINE_TABLE.name: sum(quarantined.values()),
-            SENSOR_READINGS.name: fresh_rows,
+            BRONZE_SENSORS.name: summary.rows_in,
+            QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
+            SENSOR_READINGS.name: summary.valid - duplicate_rows,
             SENSOR_DUPLICATES_TABLE.name: duplicate_rows,
         },
     )
 
 
-def _recent_readings(bronze: DataFrame, settings: Settings) -> DataFrame:
+def _recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:
     """silver/sensor_readings pruned to the arrivals that can be originals of this batch."""
-    bounds = bronze.agg(F.min("kafka_timestamp"), F.max("kafka_timestamp")).first()
-    silver = bronze.sparkSession.read.format("delta").load(
-        SENSOR_READINGS.uri(settings.storage_uri)
-    )
-    if bounds is None or bounds[0] is None:
+    silver = spark.read.format("delta").load(SENSOR_READINGS.uri(settings.storage_uri))
+    if summary.first_arrival is None or summary.last_arrival is None:
         return silver.limit(0)
-    earliest = bounds[0] - timedelta(seconds=settings.dedup_horizon_seconds)
-    return silver.where(F.col("kafka_timestamp").between(F.lit(earliest), F.lit(bounds[1])))
+    earliest = summary.first_arrival - timedelta(seconds=settings.dedup_horizon_seconds)
+    window = F.col("kafka_timestamp").between(F.lit(earliest), F.lit(summary.last_arrival))
+    return silver.where(window)
 
 
 def start_ingest_query(
@@ -217,4 +266,6 @@ def start_ingest_query(
 ) -> StreamingQuery:
     """Start ``query`` reading Kafka and writing through ``writer``."""
     stream = read_topic(spark, settings, query.topic).writeStream
-    return start_with_writer(stream, settings, writer, available_now, topic=query.topic)
+    return start_with_writer(
+        spark, stream, settings, writer, available_now, "ingest", topic=query.topic
+    )

@@ -181,10 +181,17 @@ def jvm_log_config(
             "",
         ]
     )
+    return generated_file("log4j2", ".properties", text, directory)
+
+
+def generated_file(kind: str, suffix: str, text: str, directory: Path | None = None) -> Path:
+    """Write a generated configuration file named after its content's hash; return its path.
+
+    The name carries the hash, so concurrent processes never clash; the file is
+    replaced atomically and only when missing or different.
+    """
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = (
-        directory or Path(tempfile.gettempdir())
-    ) / f"lakehouse-ingest-log4j2-{digest}.properties"
+    path = (directory or Path(tempfile.gettempdir())) / f"lakehouse-ingest-{kind}-{digest}{suffix}"
     if not path.exists() or path.read_text() != text:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text)

@@ -29,6 +29,7 @@ from service.tables import Table
 
 log = structlog.get_logger(__name__)
 
+_SCHEDULER_POOL = "spark.scheduler.pool"
 # How long a batch waits for its query to be bound (the query id is known once started).
 _BIND_TIMEOUT_SECONDS = 120.0
 
@@ -39,7 +40,10 @@ def checkpoint_location(settings: Settings, query_name: str) -> str:
 
 
 class QuerySpec(Protocol):
-    """What the runner needs of a query: its name and the tables it writes."""
+    """What the runner needs of a query: its name and the tables it writes.
+
+    The first table is the query's anchor: it receives a commit every batch.
+    """
 
     @property
     def name(self) -> str: ...
@@ -103,26 +107,35 @@ class QueryWriter:
 def prepare_tables(
     spark: SparkSession, settings: Settings, query_name: str, tables: Sequence[Table]
 ) -> None:
-    """Refuse a checkpoint/table mismatch, then create the query's missing declared tables."""
+    """Refuse a checkpoint/table mismatch, then create the query's missing declared tables.
+
+    ``tables[0]`` is the anchor table, committed every batch (see `QuerySpec`).
+    """
     checkpoint = checkpoints.read_checkpoint(
         HadoopFiles(spark), checkpoint_location(settings, query_name)
     )
     uris = {t.name: t.uri(settings.storage_uri) for t in tables}
     txns = {uri: table_transactions(spark, uri) for uri in uris.values()}
-    checkpoints.verify_checkpoint_matches_tables(query_name, checkpoint, txns)
+    anchor = uris[tables[0].name]
+    checkpoints.verify_checkpoint_matches_tables(query_name, checkpoint, txns, anchor)
     for table in tables:
         if txns[uris[table.name]] is None and table.schema is not None:
             ensure_table(spark, uris[table.name], table)
 
 
 def start_with_writer(
+    spark: SparkSession,
     stream: DataStreamWriter,
     settings: Settings,
     writer: QueryWriter,
     available_now: bool,
+    pool: str,
     **context: str,
 ) -> StreamingQuery:
-    """Start ``stream`` as the query ``writer`` writes, with the deployment's trigger."""
+    """Start ``stream`` as the query ``writer`` writes, with the deployment's trigger.
+
+    Its jobs run in the FAIR scheduler ``pool`` (`service.spark.SCHEDULER_POOLS`).
+    """
     stream = (
         stream.queryName(writer.query_name)
         .option("checkpointLocation", checkpoint_location(settings, writer.query_name))
@@ -132,7 +145,13 @@ def start_with_writer(
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
-    started = stream.start()
+    # The query's thread inherits the pool: its jobs share the cores with the other
+    # pool's instead of queueing behind them.
+    spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, pool)
+    try:
+        started = stream.start()
+    finally:
+        spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, None)  # type: ignore[arg-type]
     writer.bind(str(started.id))
     log.info("query_started", query=writer.query_name, id=str(started.id), **context)
     return started

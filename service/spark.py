@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.errors import ConfigError
-from service.logs import jvm_log_config
+from service.logs import generated_file, jvm_log_config
 
 # Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
 # missing `make jars` fails with a hint instead of a ClassNotFoundException later.
@@ -53,6 +53,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
+        # Ingest and gold queries run their jobs in two pools (service.queries), FAIR
+        # between them: gold's five queries cannot starve the two ingest queries.
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(scheduler_pools_file()),
         "spark.ui.enabled": str(settings.spark_ui_enabled).lower(),
         "spark.ui.port": str(settings.spark_ui_port),
         "spark.ui.showConsoleProgress": "false",
@@ -66,6 +70,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.stateStore.rocksdb.writeBufferSizeMB": "16",
         "spark.sql.streaming.stateStore.rocksdb.maxWriteBufferNumber": "2",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Small files from frequent micro-batches are compacted by the writer itself, right
+        # after its commit (a dataChange=false commit that stream readers skip): the single
+        # writer stays the only writer (DESIGN.md §8).
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.minNumFiles": str(settings.compact_min_files),
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
         "spark.hadoop.fs.s3a.fast.upload": "true",
@@ -85,6 +94,21 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         ).lower()
     conf.update(cluster_conf(settings))
     return conf
+
+
+# Pool name → (weight, minimum share in cores).
+SCHEDULER_POOLS = {"ingest": (3, 1), "gold": (1, 0)}
+
+
+def scheduler_pools_file() -> Path:
+    """Write the FAIR scheduler's pool definitions (SCHEDULER_POOLS); return the file."""
+    pools = "".join(
+        f'  <pool name="{name}"><schedulingMode>FAIR</schedulingMode>'
+        f"<weight>{weight}</weight><minShare>{min_share}</minShare></pool>\n"
+        for name, (weight, min_share) in SCHEDULER_POOLS.items()
+    )
+    text = f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n'
+    return generated_file("fairscheduler", ".xml", text)
 
 
 def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:

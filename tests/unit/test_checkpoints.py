@@ -31,7 +31,7 @@ def test_app_id_is_derived_from_the_checkpoint_query_id() -> None:
 def test_consistent_states_are_accepted(
     checkpoint: CheckpointState, txns: dict[str, int] | None
 ) -> None:
-    verify_checkpoint_matches_tables(QUERY, checkpoint, {TABLE: txns})
+    verify_checkpoint_matches_tables(QUERY, checkpoint, {TABLE: txns}, anchor=TABLE)
 
 
 @pytest.mark.parametrize(
@@ -49,5 +49,34 @@ def test_states_that_would_skip_or_duplicate_are_refused(
     checkpoint: CheckpointState, txns: dict[str, int] | None, message: str
 ) -> None:
     with pytest.raises(CheckpointMismatchError, match=message) as error:
-        verify_checkpoint_matches_tables(QUERY, checkpoint, {TABLE: txns})
+        verify_checkpoint_matches_tables(QUERY, checkpoint, {TABLE: txns}, anchor=TABLE)
     assert TABLE in str(error.value)
+
+
+SIDE_TABLE = "s3a://lake/silver/quarantine"
+
+
+@pytest.mark.parametrize("side_txns", [{}, {OWN: 2}, {OWN: 4}])
+def test_a_side_table_may_have_skipped_batches_that_had_no_rows_for_it(
+    side_txns: dict[str, int],
+) -> None:
+    verify_checkpoint_matches_tables(
+        QUERY, CheckpointState("cp", "q-1", 4), {TABLE: {OWN: 4}, SIDE_TABLE: side_txns}, TABLE
+    )
+
+
+def test_a_missing_side_table_is_refused() -> None:
+    with pytest.raises(CheckpointMismatchError, match=f"table {SIDE_TABLE} does not exist"):
+        verify_checkpoint_matches_tables(
+            QUERY, CheckpointState("cp", "q-1", 4), {TABLE: {OWN: 4}, SIDE_TABLE: None}, TABLE
+        )
+
+
+def test_a_side_table_of_another_checkpoint_is_refused_under_a_new_one() -> None:
+    with pytest.raises(CheckpointMismatchError, match="another checkpoint"):
+        verify_checkpoint_matches_tables(
+            QUERY,
+            CheckpointState("cp", None, None),
+            {TABLE: {}, SIDE_TABLE: {app_id(QUERY, "q-0"): 3}},
+            TABLE,
+        )
