@@ -70,6 +70,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.stateStore.rocksdb.writeBufferSizeMB": "16",
         "spark.sql.streaming.stateStore.rocksdb.maxWriteBufferNumber": "2",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta rebuilds a table's state (log replay) in a Spark job before every write;
+        # its default of 50 partitions makes that job ~50 tasks, the largest fixed cost
+        # of a small micro-batch. Sized like the shuffles instead.
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark_shuffle_partitions),
         # Small files from frequent micro-batches are compacted by the writer itself, right
         # after its commit (a dataChange=false commit that stream readers skip): the single
         # writer stays the only writer (DESIGN.md §8).
