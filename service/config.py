@@ -183,9 +183,9 @@ class Settings(BaseSettings):
     # store is bounded on its own (and reports its memory in the query progress).
     state_store_memory_mb: int | None = Field(default=None, gt=0)
 
-    # Table maintenance: Delta auto-compaction in the driver, after a write leaves this
-    # many small files in a table (or partition).
-    compact_min_files: int = Field(default=50, ge=2)
+    # Table maintenance (opt-in): Delta auto-compaction in the driver, after a write
+    # leaves this many small files in a table (or partition); unset, no compaction.
+    compact_min_files: int | None = Field(default=None, ge=2)
 
     # Data contract
     max_payload_bytes: int = Field(default=1024 * 1024, gt=0)

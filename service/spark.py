@@ -74,17 +74,18 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # its default of 50 partitions makes that job ~50 tasks, the largest fixed cost
         # of a small micro-batch. Sized like the shuffles instead.
         "spark.databricks.delta.snapshotPartitions": str(settings.spark_shuffle_partitions),
-        # Small files from frequent micro-batches are compacted by the writer itself, right
-        # after its commit (a dataChange=false commit that stream readers skip): the single
-        # writer stays the only writer (DESIGN.md §8).
-        "spark.databricks.delta.autoCompact.enabled": "true",
-        "spark.databricks.delta.autoCompact.minNumFiles": str(settings.compact_min_files),
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
         "spark.hadoop.fs.s3a.fast.upload": "true",
         "spark.hadoop.fs.s3a.retry.limit": "10",
         "spark.hadoop.fs.s3a.attempts.maximum": "10",
     }
+    if settings.compact_min_files is not None:
+        # Small files from frequent micro-batches compacted by the writer itself, right
+        # after its commit (a dataChange=false commit that stream readers skip): the
+        # single writer stays the only writer (DESIGN.md §8).
+        conf["spark.databricks.delta.autoCompact.enabled"] = "true"
+        conf["spark.databricks.delta.autoCompact.minNumFiles"] = str(settings.compact_min_files)
     if settings.state_store_memory_mb is not None:
         # One budget for all stores of a JVM; Spark then reports 0 memory per store.
         conf["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] = "true"

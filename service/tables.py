@@ -22,8 +22,7 @@ from service.schemas import (
     SILVER_USERS,
 )
 
-# Delta properties of every table: statistics only on the first columns (the
-# lineage and keys that reads filter on), never on raw payloads.
+# Delta properties set when a table is created (none beyond Delta's defaults yet).
 _COMMON_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 
@@ -34,7 +33,9 @@ class Table:
     name: str
     schema: StructType | None = None
     partition_by: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=lambda: _COMMON_PROPERTIES)
+    properties: Mapping[str, str] = field(
+        default_factory=lambda: _COMMON_PROPERTIES, hash=False, compare=False
+    )
 
     def uri(self, storage_uri: str) -> str:
         """The table's location under ``storage_uri``."""

@@ -1,0 +1,18 @@
+"""The table catalogue: one entry per table, usable as set members and dict keys."""
+
+from __future__ import annotations
+
+from service.gold import gold_queries
+from service.ingest import IngestQuery
+from service.tables import ALL_TABLES
+
+
+def test_every_table_is_catalogued_once_and_every_query_writes_catalogued_tables() -> None:
+    ingest = [
+        IngestQuery("ingest_users", "u", "users"),
+        IngestQuery("ingest_sensors", "s", "sensors"),
+    ]
+    written = {t for q in [*ingest, *gold_queries()] for t in q.tables}
+
+    assert len(ALL_TABLES) == len(set(ALL_TABLES)) == len({t.name for t in ALL_TABLES})
+    assert set(ALL_TABLES) == written
