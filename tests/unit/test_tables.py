@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from service.gold import gold_queries
 from service.ingest import IngestQuery
+from service.queries import QuerySpec
 from service.tables import ALL_TABLES
 
 
 def test_every_table_is_catalogued_once_and_every_query_writes_catalogued_tables() -> None:
-    ingest = [
+    queries: list[QuerySpec] = [
         IngestQuery("ingest_users", "u", "users"),
         IngestQuery("ingest_sensors", "s", "sensors"),
+        *gold_queries(),
     ]
-    written = {t for q in [*ingest, *gold_queries()] for t in q.tables}
+    written = {t for q in queries for t in q.tables}
 
     assert len(ALL_TABLES) == len(set(ALL_TABLES)) == len({t.name for t in ALL_TABLES})
     assert set(ALL_TABLES) == written
