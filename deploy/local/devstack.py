@@ -226,8 +226,10 @@ class KafkaBroker(_ServerProcess):
         )
         if not (log_dir / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+            # `=`: an id may start with "-", which would otherwise read as an option.
+            format_args = [f"--cluster-id={cluster_id}", "-c", str(props)]
             fmt = subprocess.run(
-                [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                [*jvm, "kafka.tools.StorageTool", "format", *format_args],
                 capture_output=True,
                 text=True,
                 check=False,
