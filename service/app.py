@@ -32,6 +32,7 @@ from service.ingest import (
 )
 from service.kafka_admin import ensure_topics
 from service.lease import DriverLease, lease_location
+from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.queries import QuerySpec, QueryWriter, prepare_tables
 from service.spark import build_spark
@@ -102,7 +103,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
         for spec in ingest_queries(settings):
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
-            writer = BatchWriter(spec, settings, _record_batch(metrics))
+            maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
+            writer = BatchWriter(spec, settings, _record_batch(metrics), maintenance)
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
@@ -110,7 +112,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
         for gold in _gold(settings):
             if stop_requested.is_set():
                 break
-            gold_writer = GoldWriter(gold, settings)
+            maintenance = maintenance_for(gold, settings, specs, metrics.maintenance)
+            gold_writer = GoldWriter(gold, settings, maintenance)
             handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
             running.append(RunningQuery(gold, handle, gold_writer))
         log.info(

@@ -33,6 +33,9 @@ _AWS_FIELDS = {
     "aws_region": "AWS_REGION",
 }
 _INTERVAL = r"^\d+ (second|minute|hour)s?$"
+# Delta's default delta.deletedFileRetentionDuration (7 days), which its VACUUM retention
+# check (spark.databricks.delta.retentionDurationCheck.enabled, kept on) enforces.
+VACUUM_MIN_RETENTION_HOURS = 168
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
@@ -183,8 +186,15 @@ class Settings(BaseSettings):
     # store is bounded on its own (and reports its memory in the query progress).
     state_store_memory_mb: int | None = Field(default=None, gt=0)
 
-    # Table maintenance (opt-in): Delta auto-compaction in the driver, after a write
-    # leaves this many small files in a table (or partition); unset, no compaction.
+    # Table maintenance (service.maintenance): every query compacts (OPTIMIZE) and
+    # vacuums the tables it owns between its own batches, once per interval (0 = never).
+    maintenance_interval_seconds: float = Field(default=3600.0, ge=0)
+    # Compaction runs when a table's snapshot has at least this many files.
+    maintenance_min_files: int = Field(default=32, ge=2)
+    # VACUUM deletes files unreferenced for longer than this; at least Delta's 7 days.
+    vacuum_retention_hours: int = VACUUM_MIN_RETENTION_HOURS
+    # Opt-in Delta auto-compaction in the driver, after a write leaves this many small
+    # files in a table (or partition); unset, no auto-compaction.
     compact_min_files: int | None = Field(default=None, ge=2)
 
     # Data contract
@@ -223,6 +233,12 @@ class Settings(BaseSettings):
         if self.spark_master.startswith("k8s://") and not self.spark_kubernetes_container_image:
             raise ValueError(
                 "spark_kubernetes_container_image: required with a k8s:// Spark master"
+            )
+        if self.vacuum_retention_hours < VACUUM_MIN_RETENTION_HOURS:
+            raise ValueError(
+                f"vacuum_retention_hours: must be at least {VACUUM_MIN_RETENTION_HOURS} (7 days,"
+                " Delta's file retention): a shorter VACUUM could delete files that readers and"
+                " concurrent writers still need, and the service keeps Delta's check on"
             )
         if self.lease_renew_seconds * 2 > self.lease_ttl_seconds:
             raise ValueError("lease_renew_seconds: must be at most half of lease_ttl_seconds")

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
+from service.maintenance import TableMaintenance
 from service.queries import QueryWriter, start_with_writer
 from service.sinks.delta import append_once
 from service.tables import (
@@ -101,8 +102,10 @@ def gold_queries() -> list[GoldQuery]:
 class GoldWriter(QueryWriter):
     """The ``foreachBatch`` function of a gold query."""
 
-    def __init__(self, query: GoldQuery, settings: Settings) -> None:
-        super().__init__(query.name)
+    def __init__(
+        self, query: GoldQuery, settings: Settings, maintenance: TableMaintenance | None = None
+    ) -> None:
+        super().__init__(query.name, maintenance)
         self.query = query
         self.settings = settings
 

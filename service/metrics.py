@@ -15,6 +15,10 @@ latest offset), or an idle event (nothing new to read). ``time() -
 lakehouse_ingest_freshness_timestamp_seconds`` is therefore an upper bound of
 how far the tables trail Kafka; unlike the newest record's Kafka timestamp it
 does not flag a quiet topic as stale, and it needs no extra aggregation job.
+
+Table maintenance (`service.maintenance`) is reported per ``table`` by
+`MaintenanceMetrics`, which `IngestMetrics` registers (``.maintenance``) and the
+query writers that run it report to.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ import platform
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 import pyspark
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
@@ -40,19 +46,93 @@ log = structlog.get_logger(__name__)
 
 PREFIX = "lakehouse_ingest"
 _BATCH_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_MAINTENANCE_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _KAFKA_LAG_STATS = ("min", "avg", "max")
 _SUBSCRIPTION = re.compile(r"(?:Subscribe|Assign)\[([^\]]*)\]")
 _JAVA_CLASS = re.compile(r"^\s*(?:\[([A-Z][A-Z0-9_.]*)\]|([\w$.]*(?:Exception|Error)))")
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 
 
-class IngestMetrics:
-    """The service's metric families on ``registry``, updated through intent-named methods."""
+class MaintenanceMetrics(Collector):
+    """Table maintenance families, per ``table``: a collector any registry can expose.
 
-    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+    Created unregistered; `IngestMetrics` registers its own.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.table_files = Gauge(
+            f"{PREFIX}_table_files",
+            "Files in a table's current Delta snapshot, counted at each maintenance check.",
+            ["table"],
+            registry=None,
+        )
+        self.last_success = Gauge(
+            f"{PREFIX}_maintenance_last_success_timestamp_seconds",
+            "Unix time of a table's last successful maintenance (compaction check and VACUUM); "
+            "0 = none since the driver started.",
+            ["table"],
+            registry=None,
+        )
+        self.failures = Counter(
+            f"{PREFIX}_maintenance_failures_total",
+            "Maintenance runs of a table that failed (retried one interval later).",
+            ["table"],
+            registry=None,
+        )
+        self.duration = Histogram(
+            f"{PREFIX}_maintenance_duration_seconds",
+            "Wall time of a table's successful maintenance run (OPTIMIZE if due, then VACUUM).",
+            ["table"],
+            buckets=_MAINTENANCE_BUCKETS,
+            registry=None,
+        )
+        self._families = (self.table_files, self.last_success, self.failures, self.duration)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield from family.collect()
+
+    def describe(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield from family.describe()
+
+    def tables_declared(self, tables: Iterable[str]) -> None:
+        """Create the failure count and last success of ``tables`` at 0, for the alerts."""
+        for table in tables:
+            self.failures.labels(table)
+            self.last_success.labels(table)
+
+    def table_files_counted(self, table: str, files: int) -> None:
+        """Record that ``table``'s current snapshot has ``files`` files."""
+        self.table_files.labels(table).set(files)
+
+    def maintenance_succeeded(self, table: str, duration_seconds: float) -> None:
+        """Record a successful maintenance run of ``table`` that took ``duration_seconds``."""
+        self.last_success.labels(table).set(self._clock())
+        self.duration.labels(table).observe(max(0.0, duration_seconds))
+
+    def maintenance_failed(self, table: str) -> None:
+        """Record a failed maintenance run of ``table``."""
+        self.failures.labels(table).inc()
+
+
+class IngestMetrics:
+    """The service's metric families on ``registry``, updated through intent-named methods.
+
+    ``maintenance`` (the table maintenance families) is registered on ``registry`` too.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_event: dict[str, float] = {}
+        self.maintenance = MaintenanceMetrics(clock)
+        registry.register(self.maintenance)
         ProcessCollector(namespace=PREFIX, registry=registry)
         self.build_info = Gauge(
             f"{PREFIX}_build_info",
@@ -186,6 +266,7 @@ class IngestMetrics:
         self, query: str, tables: Iterable[str] = (), trigger_interval_seconds: float | None = None
     ) -> None:
         """Create ``query``'s series at zero, so rates and alerts work from its first row."""
+        tables = tuple(tables)
         if trigger_interval_seconds is not None:
             self.trigger_interval.labels(query).set(trigger_interval_seconds)
         for family in (
@@ -202,6 +283,7 @@ class IngestMetrics:
             self.quarantined.labels(query, code)
         for table in tables:
             self.rows_written.labels(query, table)
+        self.maintenance.tables_declared(tables)
 
     def query_started(self, query: str) -> None:
         """Record that ``query`` is running."""

@@ -113,3 +113,43 @@ def test_secrets_are_masked_in_the_loggable_form(monkeypatch: pytest.MonkeyPatch
     assert "s3cr3t-value" not in rendered
     assert "kafka-pa55" not in rendered
     assert "**********" in rendered
+
+
+def test_maintenance_defaults_to_hourly_with_seven_days_of_vacuum_retention() -> None:
+    settings = load_settings()
+    assert 3600.0 == settings.maintenance_interval_seconds
+    assert 32 == settings.maintenance_min_files
+    assert 168 == settings.vacuum_retention_hours
+    assert settings.compact_min_files is None
+
+
+def test_maintenance_can_be_turned_off_and_retention_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INGEST_MAINTENANCE_INTERVAL_SECONDS", "0")
+    monkeypatch.setenv("INGEST_VACUUM_RETENTION_HOURS", "720")
+    settings = load_settings()
+    assert (0.0, 720) == (settings.maintenance_interval_seconds, settings.vacuum_retention_hours)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("INGEST_VACUUM_RETENTION_HOURS", "167"),
+        ("INGEST_MAINTENANCE_INTERVAL_SECONDS", "-1"),
+        ("INGEST_MAINTENANCE_MIN_FILES", "1"),
+    ],
+)
+def test_unsafe_maintenance_settings_fail_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert f"invalid configuration: {variable}:" in str(error.value)
+    assert 1 == len(str(error.value).splitlines())
+
+
+def test_a_vacuum_retention_below_deltas_check_is_refused_not_forced() -> None:
+    with pytest.raises(ConfigError, match="at least 168"):
+        load_settings(vacuum_retention_hours=24)

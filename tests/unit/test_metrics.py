@@ -20,7 +20,11 @@ from pyspark.sql.streaming.listener import (
 )
 
 from service.ingest import IngestQuery
-from service.metrics import IngestMetrics, MetricsListener, termination_error_class
+from service.metrics import (
+    IngestMetrics,
+    MetricsListener,
+    termination_error_class,
+)
 from service.transforms.validation import ERROR_CODES
 
 PROGRESS = Path(__file__).parent / "progress"
@@ -356,3 +360,44 @@ def test_exposition_of_every_recorded_event_passes_promtool_check_metrics(
     )
 
     assert (0, b"") == (result.returncode, result.stdout + result.stderr)
+
+
+def test_declared_tables_have_maintenance_failures_and_last_success_at_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = IngestMetrics(registry)
+    query = IngestQuery("ingest_users", "users", "users")
+
+    metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
+
+    for table in query.tables:
+        labels = {"table": table.name}
+        for name in ("failures_total", "last_success_timestamp_seconds"):
+            assert 0.0 == registry.get_sample_value(f"lakehouse_ingest_maintenance_{name}", labels)
+        assert registry.get_sample_value("lakehouse_ingest_table_files", labels) is None
+
+
+def test_maintenance_outcomes_are_recorded_per_table(clock: Clock) -> None:
+    registry = CollectorRegistry()
+    maintenance = IngestMetrics(registry, clock=clock).maintenance
+    bronze, users = {"table": "bronze/users"}, {"table": "silver/users"}
+
+    maintenance.table_files_counted("bronze/users", 40)
+    maintenance.table_files_counted("bronze/users", 3)
+    maintenance.maintenance_succeeded("bronze/users", 12.5)
+    maintenance.maintenance_failed("silver/users")
+    maintenance.maintenance_failed("silver/users")
+
+    assert 3.0 == registry.get_sample_value("lakehouse_ingest_table_files", bronze)
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_maintenance_last_success_timestamp_seconds", bronze
+    )
+    assert 12.5 == registry.get_sample_value(
+        "lakehouse_ingest_maintenance_duration_seconds_sum", bronze
+    )
+    assert 2.0 == registry.get_sample_value("lakehouse_ingest_maintenance_failures_total", users)
+    assert (
+        registry.get_sample_value(
+            "lakehouse_ingest_maintenance_last_success_timestamp_seconds", users
+        )
+        is None
+    )

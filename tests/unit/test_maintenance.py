@@ -1,0 +1,309 @@
+"""Table maintenance: due rule, table ownership, the writer's hook, and OPTIMIZE/VACUUM on Delta."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from delta.tables import DeltaTable
+from prometheus_client import CollectorRegistry
+from pyspark.sql import SparkSession
+
+from service.config import Settings
+from service.gold import gold_queries
+from service.ingest import ingest_queries
+from service.maintenance import (
+    MaintenanceOutcome,
+    MaintenancePolicy,
+    MaintenanceSchedule,
+    TableMaintenance,
+    compaction_due,
+    error_summary,
+    maintenance_for,
+    owned_tables,
+    table_owners,
+)
+from service.metrics import MaintenanceMetrics
+from service.queries import QuerySpec, QueryWriter
+from service.sinks.delta import append_once, ensure_table
+from service.spark import spark_conf
+from service.tables import ALL_TABLES, QUARANTINE_TABLE, SENSOR_DUPLICATES_TABLE, USERS, Table
+
+HOUR = 3600.0
+POLICY = MaintenancePolicy(interval_seconds=HOUR, min_files=3, retention_hours=168)
+NOW = 1_800_000_000.0
+
+
+class Clock:
+    """A settable monotonic clock."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def all_queries() -> list[QuerySpec]:
+    return [*ingest_queries(Settings()), *gold_queries()]
+
+
+# -- due rule --------------------------------------------------------------------------------
+
+
+def test_a_table_is_first_due_one_interval_after_start() -> None:
+    schedule = MaintenanceSchedule(["bronze/users"], HOUR, now=100.0)
+
+    assert [] == schedule.due(100.0)
+    assert [] == schedule.due(100.0 + HOUR - 1)
+    assert ["bronze/users"] == schedule.due(100.0 + HOUR)
+
+
+def test_a_table_is_due_again_one_interval_after_its_last_run() -> None:
+    schedule = MaintenanceSchedule(["bronze/users", "silver/users"], HOUR, now=0.0)
+
+    schedule.ran("bronze/users", HOUR + 30)
+
+    assert ["silver/users"] == schedule.due(HOUR + 30)
+    assert ["silver/users"] == schedule.due(2 * HOUR + 29)
+    assert ["bronze/users", "silver/users"] == schedule.due(2 * HOUR + 30)
+
+
+def test_an_interval_of_zero_never_makes_a_table_due() -> None:
+    schedule = MaintenanceSchedule(["bronze/users"], 0.0, now=0.0)
+
+    assert [] == schedule.due(10 * HOUR)
+    assert not MaintenancePolicy(0.0, 32, 168).enabled
+
+
+def test_compaction_is_due_from_the_minimum_number_of_files() -> None:
+    assert (False, True, True) == tuple(compaction_due(files, 32) for files in (31, 32, 500))
+
+
+# -- ownership -------------------------------------------------------------------------------
+
+
+def test_every_table_is_maintained_by_exactly_one_query() -> None:
+    queries = all_queries()
+
+    owned = [t.name for q in queries for t in owned_tables(q.name, q.tables, queries)]
+
+    assert sorted(t.name for t in ALL_TABLES) == sorted(owned)
+
+
+def test_quarantine_written_by_both_ingest_queries_is_maintained_by_the_first() -> None:
+    users, sensors = ingest_queries(Settings())
+    assert QUARANTINE_TABLE in users.tables and QUARANTINE_TABLE in sensors.tables
+
+    assert "ingest_users" == table_owners([users, sensors])[QUARANTINE_TABLE.name]
+    assert QUARANTINE_TABLE in owned_tables(users.name, users.tables, [users, sensors])
+    assert QUARANTINE_TABLE not in owned_tables(sensors.name, sensors.tables, [users, sensors])
+
+
+def test_a_table_no_peer_writes_belongs_to_the_query() -> None:
+    assert (USERS,) == owned_tables("any_query", (USERS,), peers=())
+
+
+def test_ingest_and_gold_writers_maintain_the_tables_they_own() -> None:
+    settings = Settings()
+    users, sensors = ingest_queries(settings)
+    gold = gold_queries()[0]
+    peers: list[QuerySpec] = [users, sensors, gold]
+    metrics = MaintenanceMetrics()
+
+    def maintained(query: QuerySpec) -> tuple[str, ...]:
+        maintenance = maintenance_for(query, settings, peers, metrics)
+        assert maintenance is not None
+        return maintenance.tables
+
+    assert tuple(t.name for t in users.tables) == maintained(users)
+    assert tuple(t.name for t in sensors.tables if t != QUARANTINE_TABLE) == maintained(sensors)
+    assert (gold.table.name,) == maintained(gold)
+
+
+def test_a_zero_interval_maintains_nothing() -> None:
+    users = ingest_queries(Settings())[0]
+    off = Settings(maintenance_interval_seconds=0)
+
+    assert maintenance_for(users, off, [users], MaintenanceMetrics()) is None
+
+
+# -- the writer's hook -----------------------------------------------------------------------
+
+
+class RecordingMaintenance(TableMaintenance):
+    """Maintenance that records which tables it was asked to maintain."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__("file:/lake", [USERS], POLICY, MaintenanceMetrics(), clock)
+        self.maintained: list[str] = []
+
+    def maintain(self, spark: SparkSession, table: str) -> MaintenanceOutcome | None:
+        self.maintained.append(table)
+        return None
+
+
+def test_writer_maintains_due_tables_after_a_batch_that_succeeded_only(
+    spark: SparkSession,
+) -> None:
+    clock = Clock()
+    writer = QueryWriter("ingest_users")
+    writer.maintenance = maintenance = RecordingMaintenance(clock)
+
+    with writer.writing(0):
+        pass  # not due yet
+    clock.now = HOUR
+    with pytest.raises(RuntimeError), writer.writing(1):
+        raise RuntimeError("the batch failed")
+    assert [] == maintenance.maintained
+
+    with writer.writing(1):
+        assert [] == maintenance.maintained  # not while the batch writes
+    assert [USERS.name] == maintenance.maintained
+    with writer.writing(2):
+        pass  # maintained one interval ago at the latest: not due
+    assert [USERS.name] == maintenance.maintained
+    assert 2 == writer.last_batch_id
+
+
+# -- OPTIMIZE and VACUUM on a real Delta table -------------------------------------------------
+
+
+@pytest.fixture
+def without_auto_compaction(spark: SparkSession) -> Iterator[None]:
+    """The session's opt-in auto-compaction off, so only maintenance compacts."""
+    key = "spark.databricks.delta.autoCompact.enabled"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    yield
+    if previous is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, previous)
+
+
+def snapshot_files(spark: SparkSession, uri: str) -> int:
+    return len(spark.read.format("delta").load(uri).inputFiles())
+
+
+def sample(registry: CollectorRegistry, name: str, table: Table) -> float | None:
+    return registry.get_sample_value(f"lakehouse_ingest_{name}", {"table": table.name})
+
+
+def compaction_data_change(table_dir: Path, version: int) -> set[bool]:
+    """The ``dataChange`` flags of the add and remove actions of commit ``version``."""
+    commit = table_dir / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines() if line]
+    return {a[kind]["dataChange"] for a in actions for kind in ("add", "remove") if kind in a}
+
+
+def test_maintenance_compacts_small_files_keeps_every_row_and_reports_the_file_count(
+    spark: SparkSession, tmp_path: Path, without_auto_compaction: None
+) -> None:
+    commits = POLICY.min_files  # just enough to be compacted
+    storage = f"file:{tmp_path}"
+    table = SENSOR_DUPLICATES_TABLE
+    uri = table.uri(storage)
+    ensure_table(spark, uri, table)
+    for batch in range(commits):
+        rows = [
+            (f"e{batch}-{i}", "sensors", i, batch * 10 + i, None, None, None, None)
+            for i in range(3)
+        ]
+        append_once(spark.createDataFrame(rows, table.schema).coalesce(1), uri, "app", batch)
+    rows_before = sorted(spark.read.format("delta").load(uri).collect())
+    assert commits == snapshot_files(spark, uri)
+    registry = CollectorRegistry()
+    metrics = MaintenanceMetrics(clock=lambda: NOW)
+    registry.register(metrics)
+    clock = Clock()
+    maintenance = TableMaintenance(storage, [table], POLICY, metrics, clock)
+
+    assert [] == maintenance.run_due(spark)  # not due before one interval
+    clock.now = HOUR
+    with structlog.testing.capture_logs() as logs:
+        outcomes = maintenance.run_due(spark)
+
+    assert [(table.name, commits, 1, True, 0)] == [
+        (o.table, o.files_before, o.files_after, o.compacted, o.vacuumed_files) for o in outcomes
+    ]
+    assert rows_before == sorted(spark.read.format("delta").load(uri).collect())
+    assert 1 == snapshot_files(spark, uri)
+    assert 1.0 == sample(registry, "table_files", table)
+    assert NOW == sample(registry, "maintenance_last_success_timestamp_seconds", table)
+    assert 1.0 == sample(registry, "maintenance_duration_seconds_count", table)
+    history = {
+        r["operation"]: r["version"] for r in DeltaTable.forPath(spark, uri).history().collect()
+    }
+    assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} <= set(history)
+    assert {False} == compaction_data_change(tmp_path / table.name, history["OPTIMIZE"])
+    done = [line for line in logs if line["event"] == "maintenance_done"]
+    assert [(table.name, commits, 1, 0)] == [
+        (d["table"], d["files_before"], d["files_after"], d["vacuumed_files"]) for d in done
+    ]
+    assert [] == maintenance.due()
+
+
+def test_a_table_below_the_minimum_files_is_vacuumed_but_not_compacted(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    storage = f"file:{tmp_path}"
+    ensure_table(spark, USERS.uri(storage), USERS)
+    registry = CollectorRegistry()
+    metrics = MaintenanceMetrics()
+    registry.register(metrics)
+    maintenance = TableMaintenance(storage, [USERS], POLICY, metrics, Clock())
+
+    outcome = maintenance.maintain(spark, USERS.name)
+
+    assert outcome is not None
+    assert (0, 0, False) == (outcome.files_before, outcome.files_after, outcome.compacted)
+    assert 0.0 == sample(registry, "table_files", USERS)
+
+
+def test_a_failed_maintenance_is_counted_logged_and_retried_one_interval_later(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    storage = f"file:{tmp_path}"
+    (tmp_path / USERS.name).mkdir(parents=True)  # a directory, but no Delta table
+    registry = CollectorRegistry()
+    metrics = MaintenanceMetrics()
+    registry.register(metrics)
+    clock = Clock()
+    maintenance = TableMaintenance(storage, [USERS], POLICY, metrics, clock)
+    clock.now = HOUR
+
+    with structlog.testing.capture_logs() as logs:
+        outcomes = maintenance.run_due(spark)
+
+    assert [] == outcomes
+    assert 1.0 == sample(registry, "maintenance_failures_total", USERS)
+    assert sample(registry, "maintenance_last_success_timestamp_seconds", USERS) is None
+    failed = [line for line in logs if line["event"] == "maintenance_failed"]
+    assert [USERS.name] == [line["table"] for line in failed]
+    assert "not a Delta table" in failed[0]["error"]
+    assert [] == maintenance.due()
+    clock.now = 2 * HOUR
+    assert [USERS.name] == maintenance.due()
+
+
+def test_error_summary_is_the_first_line_of_the_jvm_message() -> None:
+    py4j_style = RuntimeError(
+        "An error occurred while calling o42.vacuum.\n"
+        ": java.lang.IllegalArgumentException: requirement failed: low retention\n"
+        "\tat scala.Predef$.require(Predef.scala:337)"
+    )
+
+    assert "java.lang.IllegalArgumentException: requirement failed: low retention" == error_summary(
+        py4j_style
+    )
+    assert "ValueError" == error_summary(ValueError(""))
+
+
+def test_vacuum_lists_a_table_in_as_many_tasks_as_a_shuffle_has_partitions() -> None:
+    conf = spark_conf(Settings(spark_shuffle_partitions=3))
+
+    assert "3" == conf["spark.sql.sources.parallelPartitionDiscovery.parallelism"]
