@@ -20,12 +20,14 @@ from devstack import KafkaBroker, free_port
 REPO = Path(__file__).resolve().parents[2]
 VAR = REPO / "var"
 READ_HINT = """
-Tables (Delta Lake) under {root}:
-  bronze/users  bronze/sensors
-Read them, e.g.:
-  .venv/bin/python -c "from service.config import Settings; \\
-from service.spark import build_spark; spark = build_spark(Settings(spark_ui_enabled=False)); \\
-spark.read.format('delta').load('{root}/bronze/sensors').groupBy('kafka_partition').count().show()"
+Tables (Delta Lake) under {root}: bronze/{{users,sensors}}, silver/{{sensor_readings,
+  quarantine,sensor_duplicates,users}}, gold/{{sensor_stats_1m,heart_rate_5m,...}}
+Look at them without a JVM (delta-rs), in another shell:
+  export INGEST_STORAGE_ROOT={root}
+  .venv/bin/lakehouse-ingest show silver/sensor_readings --limit 5
+  .venv/bin/lakehouse-ingest show silver/quarantine --where "error_code = 'malformed_json'"
+  .venv/bin/lakehouse-ingest show gold/heart_rate_5m --format json | jq .
+  .venv/bin/lakehouse-ingest reconcile
 Metrics: http://localhost:{http_port}/metrics   health: /healthz /readyz   Spark UI: http://localhost:4040
 Ctrl-C stops everything.
 """

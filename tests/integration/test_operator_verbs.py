@@ -1,0 +1,327 @@
+"""`show` and `reconcile` on a real lake: the real service (gold on) wrote it to MinIO from Kafka.
+
+One lake for the module: a generated corpus (bad, late, duplicate readings; profile
+updates and tombstones) drained by one ``run --available-now`` with gold on (its
+only service run: about two minutes here). The verbs run as the operator runs them
+(``python -m service …``, no JVM); Spark reading the same tables, at the same
+versions, is the oracle. The broken lake is a local copy altered with delta-rs,
+never the shared one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from devstack import KafkaBroker, MinioServer
+from pydantic import SecretStr
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from service.config import Settings
+from service.lakeview import CATALOGUE, LakeReader
+from service.show import ShowRequest, show
+from service.tables import ALL_TABLES
+from tests.integration.harness import REPO, Lake
+
+pytestmark = pytest.mark.integration
+
+READINGS = 1200
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished CLI run: exit code, stdout, stderr and wall time."""
+
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.splitlines()]
+
+
+def cli(lake: Lake, *args: str, **env: str) -> Run:
+    """``python -m service ARGS`` against ``lake`` (``env`` overrides its settings)."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=REPO,
+        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING", **env)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Run(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
+
+
+@pytest.fixture(scope="module")
+def lake(
+    kafka_broker: KafkaBroker, s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Lake]:
+    suffix = uuid.uuid4().hex[:8]
+    lake = Lake(
+        users_topic=f"verbs-users-{suffix}",
+        sensors_topic=f"verbs-sensors-{suffix}",
+        storage_root=f"s3a://lakehouse/operator-verbs-{suffix}",
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        s3_env=s3_env,
+        work_dir=tmp_path_factory.mktemp("verbs"),
+        alerts_topic=f"verbs-alerts-{suffix}",
+    )
+    kafka_broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+    lake.generate(
+        "--users", "15", "--readings", str(READINGS), "--seed", "23",
+        "--bad-fraction", "0.05", "--late-fraction", "0.05", "--duplicate-fraction", "0.03",
+        "--user-update-fraction", "0.05", "--tombstone-fraction", "0.02",
+    )  # fmt: skip
+    driver = lake.service("available-now", "run", "--available-now", INGEST_GOLD_ENABLED="true")
+    driver.start()
+    try:
+        assert 0 == driver.wait(timeout=600), driver.log_text()[-4000:]
+    finally:
+        driver.cleanup()
+    yield lake
+
+
+def read(spark: SparkSession, uri: str, version: int | None = None) -> DataFrame:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(uri)
+
+
+def lake_reader(lake: Lake) -> LakeReader:
+    """The reader the verbs build from the service's settings for ``lake``."""
+    env = lake.s3_env
+    settings = Settings(
+        storage_root=lake.storage_root,
+        aws_endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=SecretStr(env["AWS_SECRET_ACCESS_KEY"]),
+        aws_region=env["AWS_REGION"],
+    )
+    return LakeReader.from_settings(settings)
+
+
+def shown(lake: Lake, name: str, **request: Any) -> list[dict[str, Any]]:
+    """Every row `show` prints (JSON Lines) for table ``name``, in process (the CLI's own
+    path is tested below with fewer runs: each costs a Python start)."""
+    out = io.StringIO()
+    show(lake_reader(lake), ShowRequest(CATALOGUE[name], limit=0, output_format="json", **request),
+         out)  # fmt: skip
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def as_shown(value: Any) -> Any:
+    """A Spark value as `show` prints it: bytes as hex."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return value
+
+
+def test_show_reads_every_table_as_spark_does(spark: SparkSession, lake: Lake) -> None:
+    seconds = {}
+    for table in ALL_TABLES:
+        started = time.monotonic()
+        rows = shown(lake, table.name)
+        seconds[table.name] = round(time.monotonic() - started, 2)
+        assert read(spark, lake.table(table.name)).count() == len(rows), table.name
+    print("show, seconds per table (all rows, JSON):", seconds)
+    # A meaningful lake: rows in every table the corpus must fill, gold windows included.
+    for name in ("silver/quarantine", "silver/sensor_duplicates", "gold/sensor_stats_1m",
+                 "gold/heart_rate_5m", "gold/readings_enriched"):  # fmt: skip
+        assert read(spark, lake.table(name)).count() > 0, name
+
+
+def test_show_travels_in_time_filters_and_prints_bytes_as_hex(
+    spark: SparkSession, lake: Lake
+) -> None:
+    # Every version of a table created empty (ingest) and of one created by its first append
+    # (gold): the rows of each as Spark reads them at that version.
+    for name in ("bronze/sensors", "gold/sensor_stats_1m"):
+        latest = lake_reader(lake).open(CATALOGUE[name]).version()
+        counts = {v: len(shown(lake, name, version=v)) for v in range(latest + 1)}
+        assert {v: read(spark, lake.table(name), v).count() for v in counts} == counts
+        assert len(set(counts.values())) > 1, f"{name}: versions hold different rows {counts}"
+
+    predicate = "error_code = 'malformed_json' AND kafka_partition >= 0"
+    expected = {
+        (r.kafka_partition, r.kafka_offset, r.error_code, as_shown(r.value))
+        for r in read(spark, lake.table("silver/quarantine"))
+        .where(F.col("error_code") == "malformed_json")
+        .collect()
+    }
+    assert expected, "the corpus has malformed records"
+    assert expected == {
+        (r["kafka_partition"], r["kafka_offset"], r["error_code"], r["value"])
+        for r in shown(lake, "silver/quarantine", where=predicate)
+    }
+
+    # The command line: a text table of 20 rows by default, CSV with a header.
+    table = cli(lake, "show", "bronze/sensors")
+    assert 0 == table.code, table.err
+    assert 2 + 20 + 1 == len(table.out.splitlines())
+    assert table.out.splitlines()[-1].startswith("(20 rows shown; more match")
+    csv_rows = cli(
+        lake, "show", "silver/users", "--format", "csv", "--limit", "0", "--version", "1"
+    )
+    assert 0 == csv_rows.code, csv_rows.err
+    users_v1 = read(spark, lake.table("silver/users"), 1)
+    assert [",".join(users_v1.columns)] == csv_rows.out.splitlines()[:1]
+    assert users_v1.count() + 1 == len(csv_rows.out.splitlines())
+
+
+def test_show_refuses_a_missing_table_a_missing_version_and_a_bad_predicate(lake: Lake) -> None:
+    nowhere = cli(lake, "show", "gold/alerts", INGEST_STORAGE_ROOT="s3a://lakehouse/no-lake-here")
+    assert (2, "") == (nowhere.code, nowhere.out)
+    assert [
+        "lakehouse-ingest show: no Delta table gold/alerts at s3://lakehouse/no-lake-here/gold/alerts"
+    ] == nowhere.err.splitlines()
+
+    too_new = cli(lake, "show", "bronze/sensors", "--version", "999")
+    assert 2 == too_new.code
+    assert "bronze/sensors has no version 999" in too_new.err
+
+    bad = cli(lake, "show", "bronze/sensors", "--where", "no_such_column = 1")
+    assert 2 == bad.code
+    assert "no_such_column" in bad.err
+
+
+def test_reconcile_holds_on_the_lake_and_counts_what_spark_counts(
+    spark: SparkSession, lake: Lake
+) -> None:
+    result = cli(lake, "reconcile", "--json")
+
+    assert 0 == result.code, result.out + result.err
+    report = json.loads(result.out)
+    assert (True, []) == (report["ok"], report["problems"])
+
+    def count(name: str, where: str = "true") -> int:
+        return read(spark, lake.table(name)).where(where).count()
+
+    sensors_quarantine = f"kafka_topic = '{lake.sensors_topic}'"
+    assert {
+        "bronze": count("bronze/sensors"),
+        "silver/sensor_readings": count("silver/sensor_readings"),
+        "silver/quarantine": count("silver/quarantine", sensors_quarantine),
+        "silver/sensor_duplicates": count("silver/sensor_duplicates"),
+    } == {"bronze": report["sensors"]["bronze_rows"], **report["sensors"]["landed"]}
+    assert READINGS == report["sensors"]["bronze_rows"]
+    assert (count("bronze/users"), count("silver/users")) == (
+        report["users"]["coverage"]["bronze_rows"],
+        report["users"]["silver_rows"],
+    )
+    assert {g["table"]: count(g["table"]) for g in report["gold"]} == {
+        g["table"]: g["rows"] for g in report["gold"]
+    }
+    assert {(p["topic"], p["partition"]) for p in report["bronze"]} == {
+        (topic, partition)
+        for topic in (lake.users_topic, lake.sensors_topic)
+        for partition in range(3)
+    }
+    print(f"reconcile: {result.seconds:.2f}s (process), {report['duration_seconds']}s (checks)")
+
+    text = cli(lake, "reconcile")
+    assert (0, "OK: every invariant holds") == (text.code, text.out.splitlines()[-1])
+
+    # --since: only the records at or after a Kafka timestamp in the middle of the corpus.
+    stamps = sorted(r[0] for r in read(spark, lake.table("bronze/sensors")).select(
+        "kafka_timestamp").collect())  # fmt: skip
+    since = stamps[len(stamps) // 2].isoformat() + "Z"  # the session time zone is UTC
+    recent = json.loads(cli(lake, "reconcile", "--json", "--since", since).out)
+    assert recent["ok"], recent["problems"]
+    expected = count("bronze/sensors", f"kafka_timestamp >= '{since.removesuffix('Z')}'")
+    assert expected == recent["sensors"]["bronze_rows"] < READINGS
+
+
+def download_lake(minio: MinioServer, lake: Lake, target: Path) -> Path:
+    """A local copy of ``lake``'s tables (no checkpoints)."""
+    s3 = minio.s3_client()
+    bucket, _, prefix = lake.storage_root.removeprefix("s3a://").partition("/")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            relative = item["Key"].removeprefix(f"{prefix}/")
+            if relative.startswith("_checkpoints/"):
+                continue
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, item["Key"], str(target / relative))
+    return target
+
+
+def append_copy_of_a_row(table: Path, partition: int | None = None) -> dict[str, Any]:
+    """Append, with delta-rs, a second copy of one row (of Kafka ``partition``, if given) of the
+    Delta table at ``table``; return the row."""
+    filters = [("kafka_partition", "=", partition)] if partition is not None else None
+    row = DeltaTable(str(table)).to_pyarrow_table(filters=filters).slice(0, 1)
+    write_deltalake(str(table), row, mode="append")
+    copied: dict[str, Any] = row.to_pylist()[0]
+    return copied
+
+
+def test_reconcile_finds_a_hand_made_gap_and_duplicates(
+    lake: Lake, minio_server: MinioServer, tmp_path: Path
+) -> None:
+    copy = download_lake(minio_server, lake, tmp_path / "lake")
+    bronze = DeltaTable(str(copy / "bronze" / "sensors"))
+    partition_1 = bronze.to_pyarrow_table(
+        columns=["kafka_offset"], filters=[("kafka_partition", "=", 1)]
+    )
+    offsets = sorted(partition_1.column("kafka_offset").to_pylist())
+    first, last = offsets[10], offsets[12]
+    bronze.delete(f"kafka_partition = 1 AND kafka_offset BETWEEN {first} AND {last}")
+    reading = append_copy_of_a_row(copy / "silver" / "sensor_readings", partition=0)
+    window = append_copy_of_a_row(copy / "gold" / "sensor_stats_1m")
+    user = append_copy_of_a_row(copy / "silver" / "users")
+
+    result = cli(lake, "reconcile", "--json", INGEST_STORAGE_ROOT=str(copy))
+
+    assert 1 == result.code, result.out + result.err
+    report = json.loads(result.out)
+    assert not report["ok"]
+    partition = next(
+        p for p in report["bronze"] if (p["table"], p["partition"]) == ("bronze/sensors", 1)
+    )
+    assert (3, [(first, last, 3)]) == (
+        partition["missing_offsets"],
+        [(g["first"], g["last"], g["count"]) for g in partition["gaps"]],
+    )
+    # The deleted records' silver rows are rows bronze lacks; the copied reading landed twice.
+    extra = report["sensors"]["extra"]
+    assert (3, {(1, o) for o in range(first, last + 1)}) == (
+        extra["count"],
+        {(r["partition"], o) for r in extra["ranges"] for o in range(r["first"], r["last"] + 1)},
+    )
+    assert [(reading["kafka_partition"], reading["kafka_offset"], "silver/sensor_readings + "
+             "silver/sensor_readings")] == [
+        (r["partition"], r["first"], r["tables"]) for r in report["sensors"]["repeated"]["ranges"]
+    ]  # fmt: skip
+    assert 0 == report["sensors"]["missing"]["count"]
+    stats = next(g for g in report["gold"] if g["table"] == "gold/sensor_stats_1m")
+    assert (1, 1, window["device_id"]) == (
+        stats["duplicate_keys"],
+        stats["extra_rows"],
+        stats["samples"][0]["device_id"],
+    )
+    assert ([user["user_id"]], 1) == (
+        report["users"]["duplicate_user_id_samples"],
+        report["users"]["duplicate_user_ids"],
+    )
+    text = cli(lake, "reconcile", INGEST_STORAGE_ROOT=str(copy))
+    assert 1 == text.code
+    assert f"bronze/sensors {lake.sensors_topic}/1: 3 offsets missing (gaps: {first}-{last})" in (
+        text.out
+    )
