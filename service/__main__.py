@@ -1,10 +1,13 @@
-"""Command line: ``lakehouse-ingest run|status|generate`` (also ``python -m service``)."""
+"""Command line: ``lakehouse-ingest run|status|migrate|show|reconcile|generate`` (also ``-m``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -13,7 +16,11 @@ from service.errors import (
     ConfigError,
     IngestError,
     LeaseHeldError,
+    TableLayoutError,
 )
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
@@ -37,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         "row counts; works while the driver is down",
     )
     status.add_argument("--json", action="store_true", help="print one JSON document")
+    commands.add_parser(
+        "migrate",
+        help="upgrade tables written by an earlier table layout, in place (driver stopped)",
+    )
+    _add_lake_verbs(commands)
     gen = commands.add_parser("generate", help="produce synthetic users and sensor readings")
     gen.add_argument("--users", type=int, default=100, help="number of distinct users")
     gen.add_argument("--readings", type=int, help="number of sensor readings (count mode)")
@@ -59,6 +71,77 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``show`` and ``reconcile``: read the tables with delta-rs (no JVM, no Spark)."""
+    from service.show import DEFAULT_LIMIT, FORMATS
+    from service.tables import ALL_TABLES
+
+    show = commands.add_parser(
+        "show",
+        help="print rows of a table (delta-rs, no JVM); binary values as hex",
+        description="Print rows of a table of the lake, read with delta-rs (no JVM). Binary "
+        "values (Kafka's exact bytes) print as hex, timestamps as ISO-8601.",
+    )
+    names = [t.name for t in ALL_TABLES]
+    show.add_argument("table", choices=names, metavar="TABLE", help=", ".join(names))
+    show.add_argument(
+        "--where",
+        metavar="SQL",
+        help="a SQL predicate over the table's columns (DataFusion SQL), "
+        "e.g. \"error_code = 'malformed_json' AND kafka_partition = 2\"",
+    )
+    show.add_argument(
+        "--limit",
+        type=_count,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"print at most N rows (default {DEFAULT_LIMIT}; 0 = all)",
+    )
+    show.add_argument(
+        "--version", type=_count, metavar="V", help="read table version V (time travel)"
+    )
+    show.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="text table (long cells cut), JSON Lines or CSV (default: table)",
+    )
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="check the lake's invariants from the tables alone (delta-rs, no JVM); "
+        "exit 0 only if all hold",
+        description="Check the lake's invariants by Kafka coordinates (delta-rs, no JVM): "
+        "bronze offsets contiguous and one row each per topic partition; every bronze/sensors "
+        "record once in silver/sensor_readings, silver/quarantine or silver/sensor_duplicates; "
+        "one silver/users row per user, its lineage in bronze/users; unique gold keys. "
+        "Exit 0 only if all hold, 1 otherwise.",
+    )
+    reconcile.add_argument(
+        "--since",
+        type=_since,
+        metavar="T",
+        help="only records with a Kafka timestamp at or after T: ISO-8601 "
+        "(2026-01-31T12:00:00Z; zone-less = UTC) or a duration back from now (90s, 15m, 6h, 7d)",
+    )
+    reconcile.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _since(text: str) -> datetime:
+    from service.reconcile import parse_since
+
+    try:
+        return parse_since(text, datetime.now(UTC))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -78,8 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"lakehouse-ingest: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    # `status` prints its report on stdout: its own logs go to stderr.
-    log_stream = sys.stderr if args.command == "status" else sys.stdout
+    # The verbs that print a report on stdout send their own logs to stderr.
+    reports = ("status", "migrate", "show", "reconcile")
+    log_stream = sys.stderr if args.command in reports else sys.stdout
     configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
         if args.command == "run":
@@ -92,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = collect_status(status_spark(settings), settings)
             print(report.to_json() if args.json else report.to_text())
             return 0 if report.ok else EXIT_FAILURE
+        if args.command == "migrate":
+            from service.migrate import migrate
+
+            migrated = migrate(settings)
+            print(f"migrated: {', '.join(migrated)}" if migrated else "nothing to migrate")
+            return 0
+        if args.command in ("show", "reconcile"):
+            return _lake_verb(args, settings)
         from service.generator import GeneratorOptions, generate
 
         if (args.readings is None) == (args.rate is None):
@@ -119,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid_configuration", error=str(e))
         return EXIT_CONFIG
-    except (CheckpointMismatchError, LeaseHeldError) as e:
+    except (CheckpointMismatchError, LeaseHeldError, TableLayoutError) as e:
         log.error("refusing_to_start", error_class=type(e).__name__, error=str(e))
         return EXIT_REFUSED
     except IngestError as e:
@@ -128,6 +220,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         log.exception("crashed")
         return EXIT_FAILURE
+
+
+def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
+    """Run ``show`` or ``reconcile``: a bad request exits 2, an unreadable lake 1, one line each."""
+    from service.lakeview import CATALOGUE, LakeReader, LakeReadError, LakeRequestError
+
+    reader = LakeReader.from_settings(settings)
+    try:
+        if args.command == "show":
+            from service.show import ShowRequest, show
+
+            table = CATALOGUE[args.table]
+            request = ShowRequest(table, args.where, args.limit, args.version, args.format)
+            show(reader, request, sys.stdout)
+            return 0
+        from service.reconcile import reconcile
+
+        report = reconcile(reader, settings, args.since)
+        print(report.to_json() if args.json else report.to_text())
+        return 0 if report.ok else EXIT_FAILURE
+    except LakeRequestError as e:
+        print(f"lakehouse-ingest {args.command}: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except LakeReadError as e:
+        print(f"lakehouse-ingest {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python's exit flush quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

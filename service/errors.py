@@ -13,6 +13,10 @@ class CheckpointMismatchError(IngestError):
     """A checkpoint and the tables it protects disagree; continuing would lose or duplicate."""
 
 
+class TableLayoutError(IngestError):
+    """A table was written with an earlier layout; `lakehouse-ingest migrate` upgrades it."""
+
+
 class LeaseHeldError(IngestError):
     """Another live driver owns the storage root."""
 

@@ -1,34 +1,36 @@
 """The ingest queries: what each reads, which tables it writes, and how a batch is written.
 
-Kafka is read once per topic by an *ingest query*. Its ``foreachBatch`` writer
-takes the micro-batch, validates it once into cached rows that carry both the
-bronze columns and the parsed payload, and from those same rows writes bronze,
-quarantines, dedups and writes silver. Every table write carries Delta's
-``txnAppId``/``txnVersion`` = (query app id, batch id). If the driver dies
-anywhere inside a batch, the restart replays the same offsets under the same
-batch id: tables that already hold that batch skip it, the others apply it, so
-every record lands exactly once in every table. Bronze receives a commit every
-batch, which is what lets `service.checkpoints` prove the tables and the
-checkpoint agree; the other tables receive one only when the batch has rows
-for them.
+Kafka is read once per topic by an *ingest query*. Validation is part of the
+streaming query itself (`IngestQuery.validate`): its plan is built and analysed
+once at start, not per micro-batch. The ``foreachBatch`` writer caches the
+validated rows, which carry both the bronze columns and the parsed payload, and
+from those same rows writes bronze, quarantines, dedups and writes silver.
+Every table write carries Delta's ``txnAppId``/``txnVersion`` = (query app id,
+batch id). If the driver dies anywhere inside a batch, the restart replays the
+same offsets under the same batch id: tables that already hold that batch skip
+it, the others apply it, so every record lands exactly once in every table.
+Bronze receives a commit every batch, which is what lets `service.checkpoints`
+prove the tables and the checkpoint agree; the other tables receive one only
+when the batch has rows for them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import structlog
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
+from service.maintenance import TableMaintenance
+from service.profile import BatchProfile
 from service.queries import QueryWriter, start_with_writer
-from service.schemas import BRONZE
+from service.schemas import BRONZE, INGESTED_AT
 from service.sinks.delta import append_once
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
@@ -41,7 +43,7 @@ from service.tables import (
     USERS,
     Table,
 )
-from service.transforms.bronze import to_bronze
+from service.transforms.bronze import to_records
 from service.transforms.dedup import mark_duplicates, split_marked
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import latest_user_changes, parse_user_changes
@@ -64,6 +66,16 @@ class IngestQuery:
         if self.kind == "users":
             return (BRONZE_USERS, QUARANTINE_TABLE, USERS)
         return (BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS, SENSOR_DUPLICATES_TABLE)
+
+    def validate(self, records: DataFrame, settings: Settings) -> DataFrame:
+        """`to_records` rows with their ``error_code``/``error_detail`` and parsed payload."""
+        if self.kind == "users":
+            return parse_user_changes(records, max_payload_bytes=settings.max_payload_bytes)
+        return parse_sensor_readings(
+            records,
+            max_payload_bytes=settings.max_payload_bytes,
+            max_future_seconds=settings.max_future_seconds,
+        )
 
 
 def ingest_queries(settings: Settings) -> list[IngestQuery]:
@@ -92,8 +104,9 @@ class BatchWriter(QueryWriter):
         query: IngestQuery,
         settings: Settings,
         on_batch: Callable[[str, BatchOutcome], None],
+        maintenance: TableMaintenance | None = None,
     ) -> None:
-        super().__init__(query.name)
+        super().__init__(query.name, maintenance)
         self.query = query
         self.settings = settings
         self.on_batch = on_batch
@@ -101,14 +114,17 @@ class BatchWriter(QueryWriter):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
-            started = time.monotonic()
-            parse = _parse_users if self.query.kind == "users" else _parse_sensors
-            # Cached: every table is written from the same validated rows, parsed once.
-            parsed = parse(to_bronze(batch), self.settings).persist()
+            profile = BatchProfile(batch.sparkSession.sparkContext)
+            # Stamped after validation (see `to_records`); cached: every table is
+            # written from the same validated rows.
+            stamp = F.lit(datetime.now(UTC))
+            parsed = batch.withColumn(INGESTED_AT.name, stamp).persist()
             try:
-                summary = _summarize(parsed)
+                with profile.phase("read_validate"):
+                    summary = _summarize(parsed)
                 write = _write_users if self.query.kind == "users" else _write_sensors
-                outcome = write(parsed, summary, self.settings, app_id, batch_id)
+                written = Written(app_id, batch_id, stamp, profile)
+                outcome = write(parsed, summary, self.settings, written)
             finally:
                 parsed.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -120,7 +136,7 @@ class BatchWriter(QueryWriter):
                 quarantined=sum(outcome.quarantined.values()),
                 duplicates=outcome.duplicates,
                 rows_out=outcome.rows_written,
-                duration_ms=round((time.monotonic() - started) * 1000),
+                **profile.summary(),
             )
 
 
@@ -160,16 +176,19 @@ def _summarize(parsed: DataFrame) -> BatchSummary:
     )
 
 
-def _parse_users(bronze: DataFrame, settings: Settings) -> DataFrame:
-    return parse_user_changes(bronze, max_payload_bytes=settings.max_payload_bytes)
+@dataclass(frozen=True)
+class Written:
+    """Which write this is: the txn (app id, batch id), the batch's stamp, its profile."""
 
+    app_id: str
+    batch_id: int
+    stamp: Column
+    profile: BatchProfile
 
-def _parse_sensors(bronze: DataFrame, settings: Settings) -> DataFrame:
-    return parse_sensor_readings(
-        bronze,
-        max_payload_bytes=settings.max_payload_bytes,
-        max_future_seconds=settings.max_future_seconds,
-    )
+    def append(self, rows: DataFrame, table: Table, settings: Settings) -> None:
+        """Append ``rows`` to ``table`` exactly once for this batch (a profile phase)."""
+        with self.profile.phase(table.name):
+            append_once(rows, table.uri(settings.storage_uri), self.app_id, self.batch_id)
 
 
 def _write_common(
@@ -177,8 +196,7 @@ def _write_common(
     summary: BatchSummary,
     bronze_table: Table,
     settings: Settings,
-    app_id: str,
-    batch_id: int,
+    written: Written,
 ) -> DataFrame:
     """Append bronze (every batch) and quarantine (when rows were rejected); return valid rows.
 
@@ -187,22 +205,21 @@ def _write_common(
     commit only when they receive rows: an empty commit would cost a Delta
     transaction and prove nothing more.
     """
-    bronze = parsed.select(*BRONZE.fieldNames())
-    append_once(bronze, bronze_table.uri(settings.storage_uri), app_id, batch_id)
+    written.append(parsed.select(*BRONZE.fieldNames()), bronze_table, settings)
     valid, invalid = split_valid_invalid(parsed)
     if summary.quarantined:
-        quarantine = QUARANTINE_TABLE.uri(settings.storage_uri)
-        append_once(to_quarantine(invalid), quarantine, app_id, batch_id)
+        written.append(to_quarantine(invalid, written.stamp), QUARANTINE_TABLE, settings)
     return valid
 
 
 def _write_users(
-    parsed: DataFrame, summary: BatchSummary, settings: Settings, app_id: str, batch_id: int
+    parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
 ) -> BatchOutcome:
-    valid = _write_common(parsed, summary, BRONZE_USERS, settings, app_id, batch_id)
+    valid = _write_common(parsed, summary, BRONZE_USERS, settings, written)
     if summary.valid:
         users = USERS.uri(settings.storage_uri)
-        merge_users_once(latest_user_changes(valid), users, app_id, batch_id)
+        with written.profile.phase(USERS.name):
+            merge_users_once(latest_user_changes(valid), users, written.app_id, written.batch_id)
     return BatchOutcome(
         rows_in=summary.rows_in,
         quarantined=summary.quarantined,
@@ -215,9 +232,9 @@ def _write_users(
 
 
 def _write_sensors(
-    parsed: DataFrame, summary: BatchSummary, settings: Settings, app_id: str, batch_id: int
+    parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
 ) -> BatchOutcome:
-    valid = _write_common(parsed, summary, BRONZE_SENSORS, settings, app_id, batch_id)
+    valid = _write_common(parsed, summary, BRONZE_SENSORS, settings, written)
     duplicate_rows = 0
     if summary.valid:
         recent = _recent_readings(valid.sparkSession, summary, settings)
@@ -226,12 +243,12 @@ def _write_sensors(
         marked = mark_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
             fresh, duplicates = split_marked(marked)
-            duplicate_rows = duplicates.count()
+            with written.profile.phase("dedup"):
+                duplicate_rows = duplicates.count()
             if duplicate_rows:
-                uri = SENSOR_DUPLICATES_TABLE.uri(settings.storage_uri)
-                append_once(duplicates, uri, app_id, batch_id)
+                written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings)
             if summary.valid > duplicate_rows:
-                append_once(fresh, SENSOR_READINGS.uri(settings.storage_uri), app_id, batch_id)
+                written.append(fresh, SENSOR_READINGS, settings)
         finally:
             marked.unpersist()
     return BatchOutcome(
@@ -265,7 +282,8 @@ def start_ingest_query(
     available_now: bool,
 ) -> StreamingQuery:
     """Start ``query`` reading Kafka and writing through ``writer``."""
-    stream = read_topic(spark, settings, query.topic).writeStream
+    records = to_records(read_topic(spark, settings, query.topic))
+    stream = query.validate(records, settings).writeStream
     return start_with_writer(
         spark, stream, settings, writer, available_now, "ingest", topic=query.topic
     )

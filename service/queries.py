@@ -2,7 +2,8 @@
 
 Every streaming query of the service writes its tables in ``foreachBatch``
 through a `QueryWriter`, which tags each Delta commit with the query's
-``txnAppId`` (derived from the checkpoint's query id) and the batch id.
+``txnAppId`` (derived from the checkpoint's query id) and the batch id, and
+maintains the tables the query owns between its batches (`service.maintenance`).
 Before a query starts, `prepare_tables` refuses a checkpoint that disagrees with
 its tables and creates the declared tables that do not exist yet.
 """
@@ -22,8 +23,9 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from service import checkpoints
 from service.config import Settings
-from service.errors import QueryNotBoundError
+from service.errors import QueryNotBoundError, TableLayoutError
 from service.hadoop_fs import HadoopFiles
+from service.maintenance import TableMaintenance
 from service.sinks.delta import ensure_table, table_transactions
 from service.tables import Table
 
@@ -56,14 +58,18 @@ class QueryWriter:
 
     The app id is derived from the query id Spark keeps in the checkpoint, known only
     once the query has started: `bind` sets it, and a batch waits for it.
+
+    With ``maintenance`` (`service.maintenance.maintenance_for`), the writer also
+    maintains the tables its query owns, after a batch's writes succeeded (`writing`).
     """
 
-    def __init__(self, query_name: str) -> None:
+    def __init__(self, query_name: str, maintenance: TableMaintenance | None = None) -> None:
         self.query_name = query_name
         self._app_id: str | None = None
         self._bound = threading.Event()
         self._in_flight: int | None = None
         self.last_batch_id: int | None = None
+        self.maintenance = maintenance
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write micro-batch ``batch_id`` (the ``foreachBatch`` function)."""
@@ -85,11 +91,18 @@ class QueryWriter:
 
     @contextmanager
     def writing(self, batch_id: int) -> Iterator[None]:
-        """Mark batch ``batch_id`` as being written for the duration of the block."""
+        """Mark batch ``batch_id`` as being written for the duration of the block.
+
+        After the block succeeded, the due maintenance of the query's tables runs here,
+        in the query's thread, before the next batch: never beside the tables' writer.
+        It is still part of the batch in flight, so a graceful stop waits for it.
+        """
         self._in_flight = batch_id
         try:
             yield
             self.last_batch_id = batch_id
+            if self.maintenance is not None and self.maintenance.due():
+                self.maintenance.run_due(SparkSession.active())
         finally:
             self._in_flight = None
 
@@ -107,7 +120,7 @@ class QueryWriter:
 def prepare_tables(
     spark: SparkSession, settings: Settings, query_name: str, tables: Sequence[Table]
 ) -> None:
-    """Refuse a checkpoint/table mismatch, then create the query's missing declared tables.
+    """Refuse an earlier table layout or a checkpoint/table mismatch; create missing tables.
 
     ``tables[0]`` is the anchor table, committed every batch (see `QuerySpec`).
     """
@@ -117,6 +130,17 @@ def prepare_tables(
     uris = {t.name: t.uri(settings.storage_uri) for t in tables}
     txns = {uri: table_transactions(spark, uri) for uri in uris.values()}
     anchor = uris[tables[0].name]
+    for table in tables:
+        uri = uris[table.name]
+        if txns[uri] is None:
+            continue
+        differences = table.layout_differences(spark.read.format("delta").load(uri).schema)
+        if differences:
+            raise TableLayoutError(
+                f"{table.name} at {uri} was written with an earlier table layout "
+                f"({'; '.join(differences)}). Stop the driver and run `lakehouse-ingest "
+                "migrate` to upgrade it in place (README, Upgrading a lake)."
+            )
     checkpoints.verify_checkpoint_matches_tables(query_name, checkpoint, txns, anchor)
     for table in tables:
         if txns[uris[table.name]] is None and table.schema is not None:

@@ -39,16 +39,19 @@ LINEAGE = (
 INGESTED_AT = StructField("ingested_at", TimestampType(), nullable=False)
 RESCUED = StructField("_rescued", StringType())
 
-# Every Kafka record as received (DESIGN.md §3): one row per (topic, partition, offset).
-BRONZE = StructType(
-    [
-        StructField("key", StringType()),
-        StructField("value", StringType()),
-        *LINEAGE,
-        StructField("headers", KAFKA_HEADERS),
-        INGESTED_AT,
-    ]
+# A record's exact bytes, and their text where they are valid UTF-8 (null otherwise):
+# no STRING column ever holds invalid UTF-8, so every Delta reader can read the tables.
+RAW_RECORD = (
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("key_text", StringType()),
+    StructField("value_text", StringType()),
 )
+
+# Every Kafka record as received (DESIGN.md §3): one row per (topic, partition, offset).
+# `KAFKA_RECORD` is the same without the write's ``ingested_at`` stamp.
+KAFKA_RECORD = StructType([*RAW_RECORD, *LINEAGE, StructField("headers", KAFKA_HEADERS)])
+BRONZE = StructType([*KAFKA_RECORD.fields, INGESTED_AT])
 
 # JSON payload contracts (DESIGN.md §2), in schema order: the order fields are checked
 # in, and the known top-level names (everything else is rescued). Types are the typed
@@ -144,8 +147,7 @@ SILVER_USERS = StructType(
 QUARANTINE = StructType(
     [
         *LINEAGE,
-        StructField("key", StringType()),
-        StructField("value", StringType()),
+        *RAW_RECORD,
         StructField("error_code", StringType(), nullable=False),
         StructField("error_detail", StringType()),
         StructField("quarantined_at", TimestampType(), nullable=False),

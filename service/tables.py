@@ -41,6 +41,26 @@ class Table:
         """The table's location under ``storage_uri``."""
         return f"{storage_uri}/{self.name}"
 
+    def layout_differences(self, actual: StructType) -> list[str]:
+        """How an existing table's columns differ from the declared ones (types, not order).
+
+        Empty when they agree, or when the table has no declared schema.
+        """
+        if self.schema is None:
+            return []
+        found = {f.name: f.dataType.simpleString() for f in actual.fields}
+        differences = []
+        for column in self.schema.fields:
+            expected = column.dataType.simpleString()
+            if column.name not in found:
+                differences.append(f"{column.name} missing, expected {expected}")
+            elif found[column.name] != expected:
+                differences.append(f"{column.name} {found.pop(column.name)}, expected {expected}")
+            else:
+                found.pop(column.name)
+        differences += [f"{name} {kind} not declared" for name, kind in found.items()]
+        return differences
+
 
 BRONZE_USERS = Table("bronze/users", BRONZE)
 BRONZE_SENSORS = Table("bronze/sensors", BRONZE)

@@ -1,26 +1,55 @@
-"""Kafka source rows → bronze rows (DESIGN.md §3), unchanged but for names and types."""
+"""Kafka source rows → bronze rows (DESIGN.md §3): the exact bytes, their text, coordinates."""
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from service.schemas import BRONZE
+from service.schemas import KAFKA_RECORD
 
 
-def to_bronze(kafka_rows: DataFrame, ingested_at: Column | None = None) -> DataFrame:
-    """Map Spark Kafka source columns to the bronze schema.
+def utf8_text(raw: Column) -> Column:
+    """The bytes as a string where they are valid UTF-8, null otherwise."""
+    text = raw.cast("string")
+    return F.when(F.is_valid_utf8(text), text)
 
-    ``value`` keeps the record's bytes as a string (a tombstone stays null);
-    ``ingested_at`` defaults to the micro-batch's ``current_timestamp()``.
+
+def to_records(kafka_rows: DataFrame) -> DataFrame:
+    """Map Spark Kafka source columns to the bronze columns but ``ingested_at``.
+
+    The writer stamps ``ingested_at`` after validation, on purpose: a timestamp
+    literal is compiled into the generated code of every stage it enters, so
+    stamping first would recompile validation's large stage every micro-batch.
+
+    ``key`` and ``value`` keep the record's bytes (a tombstone's value stays null);
+    ``key_text``/``value_text`` are their UTF-8 text, null where the bytes are not
+    valid UTF-8.
     """
     return kafka_rows.select(
-        F.col("key").cast("string").alias("key"),
-        F.col("value").cast("string").alias("value"),
+        F.col("key"),
+        F.col("value"),
+        utf8_text(F.col("key")).alias("key_text"),
+        utf8_text(F.col("value")).alias("value_text"),
         F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.col("headers").alias("headers"),
-        (ingested_at if ingested_at is not None else F.current_timestamp()).alias("ingested_at"),
-    ).select([F.col(f.name).cast(f.dataType) for f in BRONZE.fields])
+        F.col("headers"),
+    ).select([F.col(f.name).cast(f.dataType) for f in KAFKA_RECORD.fields])
+
+
+def raw_from_text(rows: DataFrame) -> DataFrame:
+    """Rows of the earlier layout (``key``/``value`` as STRING) with the raw columns.
+
+    The STRING columns held the record's exact bytes (invalid UTF-8 included), so the
+    cast back to BINARY is lossless.
+    """
+    key, value = F.col("key").cast("binary"), F.col("value").cast("binary")
+    return rows.withColumns(
+        {
+            "key": key,
+            "value": value,
+            "key_text": utf8_text(key),
+            "value_text": utf8_text(value),
+        }
+    )

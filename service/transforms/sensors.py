@@ -45,8 +45,9 @@ def _field_violations(max_future_seconds: int) -> list[Violation]:
     f = _FIELDS
     sensor_type = f["sensor_type"].as_string()
     accelerometer = sensor_type == "accelerometer"
-    arrival = F.coalesce(F.col("kafka_timestamp"), F.col("ingested_at"))
-    ahead_micros = F.unix_micros(f["event_time"].as_timestamp()) - F.unix_micros(arrival)
+    ahead_micros = F.unix_micros(f["event_time"].as_timestamp()) - F.unix_micros(
+        F.col("kafka_timestamp")
+    )
     rules = [
         *f["event_id"].required(),
         *f["event_id"].string(non_empty=True),

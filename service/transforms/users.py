@@ -51,18 +51,22 @@ def _is_tombstone() -> Column:
 
 
 def _tombstone_violations() -> list[Violation]:
-    key = F.col("key")
+    key = F.col("key_text")
     tombstone = _is_tombstone()
+    integer_key = F.coalesce(key.rlike(_INTEGER_KEY), F.lit(False))
     user_id = key.try_cast("bigint")
     return [
         Violation(
             "type_mismatch",
-            tombstone & ~key.rlike(_INTEGER_KEY),
-            F.concat(F.lit("key: tombstone key is not a user id: "), shown(key)),
+            tombstone & ~integer_key,
+            F.concat(
+                F.lit("key: tombstone key is not a user id: "),
+                F.coalesce(shown(key), F.lit("(not valid UTF-8)")),
+            ),
         ),
         Violation(
             "out_of_range",
-            tombstone & key.rlike(_INTEGER_KEY) & (user_id.isNull() | (user_id < 1)),
+            tombstone & integer_key & (user_id.isNull() | (user_id < 1)),
             F.concat(F.lit("key: tombstone user id "), shown(key), F.lit(" is not in 1..2^63-1")),
         ),
     ]
@@ -135,7 +139,7 @@ def parse_user_changes(
     typed = typed_columns(USER_PAYLOAD)
     change = F.struct(
         tombstone.alias("is_tombstone"),
-        F.when(tombstone, F.col("key").try_cast("bigint"))
+        F.when(tombstone, F.col("key_text").try_cast("bigint"))
         .otherwise(_FIELDS["user_id"].as_long())
         .alias("user_id"),
         *[typed[name] for name in USER_PROFILE.fieldNames()],

@@ -65,6 +65,8 @@ _MAX_EPOCH_MILLIS = 253_402_300_799_999
 # 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
 _LONG_LIMIT = 9.223372036854775807e18
 _SHOWN_CHARS = 64
+# The path of the payload in ``_json`` (`with_parsed_payload`).
+PAYLOAD = "$[0]"
 
 
 @dataclass(frozen=True)
@@ -94,34 +96,35 @@ def first_violation(violations: Iterable[Violation]) -> Column:
 
 
 def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame:
-    """Add ``_json``: ``value`` as a VARIANT when it is one well-formed JSON document.
+    """Add ``_json`` when ``value_text`` is one well-formed JSON document, and ``_object``.
 
     Spark's JSON parsers stop after the first document and ignore what follows, so
     the value is parsed as ``[value, digest]`` with its own xxhash64 digest: the
     digest comes back as the second and last element only if the value was
     exactly one document (a value cannot contain its own digest by accident).
-    Oversized and non-UTF-8 values are never parsed.
+    ``_json`` is that array (the document is its element `PAYLOAD`: reading fields
+    through it saves re-encoding every object); ``_object`` is whether the document
+    is a JSON object. Oversized and non-UTF-8 values are never parsed.
     """
-    value = F.col("value")
-    parseable = (
-        value.isNotNull()
-        & ~value.rlike(_BLANK)
-        & (F.octet_length(value) <= max_payload_bytes)
-        & F.is_valid_utf8(value)
-    )
-    text = F.regexp_replace(value, "^\ufeff", "")
+    value, text = F.col("value"), F.col("value_text")
+    # Null text: no value, or bytes that are not UTF-8.
+    parseable = ~text.rlike(_BLANK) & (F.octet_length(value) <= max_payload_bytes)
     # Separate projections keep each expensive expression evaluated once per row.
-    staged = records.withColumn("_text", F.when(parseable, text)).withColumn(
-        "_digest", F.xxhash64("_text")
-    )
+    staged = records.withColumn(
+        "_text", F.when(parseable, F.regexp_replace(text, "^\ufeff", ""))
+    ).withColumn("_digest", F.xxhash64("_text"))
     wrapped = F.concat(F.lit("["), F.col("_text"), F.lit(","), F.col("_digest"), F.lit("]"))
     parsed = staged.withColumn("_document", F.try_parse_json(wrapped))
     single = F.variant_get("_document", "$[2]", "variant").isNull() & (
         F.try_variant_get("_document", "$[1]", "bigint") == F.col("_digest")
     )
-    return parsed.withColumn(
-        "_json", F.when(single, F.variant_get("_document", "$[0]", "variant"))
-    ).drop("_text", "_digest", "_document")
+    # A well-formed document is an object exactly when it opens with "{".
+    is_object = F.col("_text").rlike(r"^[ \t\r\n]*\{")
+    return (
+        parsed.withColumn("_json", F.when(single, F.col("_document")))
+        .withColumn("_object", F.when(single, is_object))
+        .drop("_text", "_digest", "_document")
+    )
 
 
 def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Violation]:
@@ -129,13 +132,13 @@ def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Vio
 
     ``null_allowed`` is true where a null value is legitimate (a tombstone).
     """
-    value = F.col("value")
+    value, text = F.col("value"), F.col("value_text")
     json = F.col("_json")
     size = F.octet_length(value)
     return [
         Violation(
             "empty_payload",
-            (value.isNull() & ~null_allowed) | value.rlike(_BLANK),
+            (value.isNull() & ~null_allowed) | text.rlike(_BLANK),
             F.lit("value: empty"),
         ),
         Violation(
@@ -149,7 +152,7 @@ def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Vio
         ),
         Violation(
             "malformed_json",
-            value.isNotNull() & json.isNull() & ~F.is_valid_utf8(value),
+            value.isNotNull() & text.isNull(),
             F.lit("value: not valid UTF-8"),
         ),
         Violation(
@@ -159,20 +162,27 @@ def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Vio
         ),
         Violation(
             "not_an_object",
-            json.isNotNull() & json_object(json).isNull(),
-            F.concat(F.lit("value: expected a JSON object, got "), json_type(json)),
+            json.isNotNull() & ~F.col("_object"),
+            F.concat(
+                F.lit("value: expected a JSON object, got "),
+                json_type(F.variant_get(json, PAYLOAD, "variant")),
+            ),
         ),
     ]
 
 
 def json_object(json: Column) -> Column:
-    """The VARIANT as a map of its top-level fields; null unless it is an object."""
-    return F.try_variant_get(json, "$", "map<string,variant>")
+    """The payload of ``_json`` as a map of its top-level fields; null unless an object."""
+    return F.try_variant_get(json, PAYLOAD, "map<string,variant>")
 
 
-def json_type(field: Column) -> Column:
-    """JSON type name of a VARIANT (``integer`` apart from ``number``); null when absent."""
-    schema = F.schema_of_variant(field)
+def json_type(field: Column, schema: Column | None = None) -> Column:
+    """JSON type name of a VARIANT (``integer`` apart from ``number``); null when absent.
+
+    ``schema`` is the field's ``schema_of_variant`` when already computed: the name
+    tests it several times, and each test would otherwise compute it again.
+    """
+    schema = F.schema_of_variant(field) if schema is None else schema
     return (
         F.when(field.isNull(), F.lit(None).cast("string"))
         .when(F.is_variant_null(field), "null")
@@ -197,11 +207,28 @@ def shown(text: Column) -> Column:
     return F.concat(F.lit("'"), F.substring(text, 1, _SHOWN_CHARS), F.lit("'"))
 
 
+# The typed readings a field of each declared type is checked and typed with. Each is
+# staged as a column once per row (`stage_fields`): the rules then refer to it instead
+# of repeating its expression, which keeps the generated code and the plan small.
+_READERS: dict[DataType, tuple[str, ...]] = {
+    StringType(): ("string",),
+    LongType(): ("long",),
+    DoubleType(): ("double",),
+    TimestampType(): ("string", "long", "timestamp"),
+    DateType(): ("string", "date"),
+}
+# Readers computed from the raw value, and those computed from other readers.
+_DIRECT_READERS = ("string", "long", "double")
+_DERIVED_READERS = ("timestamp", "date")
+
+
 @dataclass(frozen=True)
 class JsonField:
-    """A field of the parsed payload, staged as a VARIANT column and a JSON type column."""
+    """A field of the parsed payload, staged as a VARIANT column, a JSON type column and
+    the typed readings its declared ``data_type`` needs."""
 
     name: str
+    data_type: DataType | None = None
 
     @property
     def _suffix(self) -> str:
@@ -222,31 +249,46 @@ class JsonField:
         """Whether the field has a non-null value."""
         return self.kind.isNotNull() & (self.kind != "null")
 
+    @property
+    def readers(self) -> tuple[str, ...]:
+        """The typed readings staged for this field."""
+        return _READERS.get(self.data_type, ()) if self.data_type is not None else ()
+
     def staged_raw(self) -> Column:
         """The expression of the raw column, read from ``_json``."""
-        return F.variant_get("_json", f"$.{self.name}", "variant").alias(f"_raw_{self._suffix}")
+        path = f"{PAYLOAD}.{self.name}"
+        return F.variant_get("_json", path, "variant").alias(f"_raw_{self._suffix}")
+
+    def staged_schema(self) -> Column:
+        """The expression of the raw column's ``schema_of_variant``."""
+        return F.schema_of_variant(self.raw).alias(f"_schema_{self._suffix}")
 
     def staged_kind(self) -> Column:
-        """The expression of the type column, read from the raw column."""
-        return json_type(self.raw).alias(f"_type_{self._suffix}")
+        """The expression of the type column, read from the raw and schema columns."""
+        return json_type(self.raw, F.col(f"_schema_{self._suffix}")).alias(f"_type_{self._suffix}")
 
-    def as_string(self) -> Column:
-        """The value when it is a JSON string."""
-        return F.when(self.kind == "string", F.try_variant_get(self.raw, "$", "string"))
+    def staged_values(self, readers: Sequence[str]) -> list[Column]:
+        """The expressions of the staged typed readings among ``readers``."""
+        return [self._read(r).alias(self._staged(r)) for r in self.readers if r in readers]
 
-    def as_double(self) -> Column:
-        """The value when it is a JSON number."""
-        return F.when(
-            self.kind.isin("integer", "number"), F.try_variant_get(self.raw, "$", "double")
-        )
+    def _staged(self, reader: str) -> str:
+        return f"_{reader}_{self._suffix}"
 
-    def as_long(self) -> Column:
-        """The value when it is a JSON integer within 64 bits."""
-        return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
+    def _value(self, reader: str) -> Column:
+        return F.col(self._staged(reader)) if reader in self.readers else self._read(reader)
 
-    def as_timestamp(self) -> Column:
-        """The value when it is an ISO-8601 string or integer epoch milliseconds."""
+    def _read(self, reader: str) -> Column:
+        if reader == "string":
+            return F.when(self.kind == "string", F.try_variant_get(self.raw, "$", "string"))
+        if reader == "double":
+            return F.when(
+                self.kind.isin("integer", "number"), F.try_variant_get(self.raw, "$", "double")
+            )
+        if reader == "long":
+            return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
         text = self.as_string()
+        if reader == "date":
+            return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
         utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
         iso = F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
         millis = self.as_long()
@@ -255,10 +297,25 @@ class JsonField:
         )
         return F.coalesce(iso, epoch)
 
+    def as_string(self) -> Column:
+        """The value when it is a JSON string."""
+        return self._value("string")
+
+    def as_double(self) -> Column:
+        """The value when it is a JSON number."""
+        return self._value("double")
+
+    def as_long(self) -> Column:
+        """The value when it is a JSON integer within 64 bits."""
+        return self._value("long")
+
+    def as_timestamp(self) -> Column:
+        """The value when it is an ISO-8601 string or integer epoch milliseconds."""
+        return self._value("timestamp")
+
     def as_date(self) -> Column:
         """The value when it is a ``YYYY-MM-DD`` string naming a real day."""
-        text = self.as_string()
-        return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
+        return self._value("date")
 
     def as_type(self, data_type: DataType) -> Column:
         """The value as ``data_type`` when it has the JSON type that stands for it."""
@@ -401,25 +458,35 @@ def payload_fields(payload: StructType) -> dict[str, JsonField]:
     """Every field of a payload contract by JSON path, objects before their fields."""
     fields: dict[str, JsonField] = {}
     for field in payload.fields:
-        fields[field.name] = JsonField(field.name)
         if isinstance(field.dataType, StructType):
-            fields.update({p: JsonField(p) for p, _ in payload_columns(StructType([field]))})
+            fields[field.name] = JsonField(field.name)
+            nested = payload_columns(StructType([field]))
+            fields.update({p: JsonField(p, column.dataType) for p, column in nested})
+        else:
+            fields[field.name] = JsonField(field.name, field.dataType)
     return fields
 
 
 def typed_columns(payload: StructType) -> dict[str, Column]:
     """The payload's typed columns by name (`service.schemas.payload_columns`), null if invalid."""
+    fields = payload_fields(payload)
     return {
-        column.name: JsonField(path).as_type(column.dataType).alias(column.name)
+        column.name: fields[path].as_type(column.dataType).alias(column.name)
         for path, column in payload_columns(payload)
     }
 
 
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
-    """Add the raw and type columns of ``fields`` to rows made by `with_parsed_payload`."""
+    """Add the raw, schema, type and typed-reading columns of ``fields`` to parsed rows.
+
+    One projection per step, each reading the previous step's columns.
+    """
     staged = list(fields)
     raws = records.select("*", *[f.staged_raw() for f in staged])
-    return raws.select("*", *[f.staged_kind() for f in staged])
+    schemas = raws.select("*", *[f.staged_schema() for f in staged])
+    kinds = schemas.select("*", *[f.staged_kind() for f in staged])
+    direct = kinds.select("*", *[c for f in staged for c in f.staged_values(_DIRECT_READERS)])
+    return direct.select("*", *[c for f in staged for c in f.staged_values(_DERIVED_READERS)])
 
 
 def with_error(records: DataFrame, violations: Iterable[Violation]) -> DataFrame:

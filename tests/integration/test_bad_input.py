@@ -260,7 +260,29 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
     assert [] == wrong
     # Every user of the corpus: a user with only invalid records (8) has no row at all.
     assert expected_users == users
-    raw = {r.value.encode() if r.value is not None else None for r in quarantine.values()}
-    assert DUP_KEYS in raw  # the raw value is kept as received
+    # Quarantine keeps each record's exact bytes, and their text only where they are UTF-8.
+    kept = {
+        case.name: (_bytes(quarantine[where].value), quarantine[where].value_text)
+        for where, case in by_coordinates.items()
+        if case.code is not None
+    }
+    assert {
+        case.name: (case.value, _text(case.value))
+        for case in by_coordinates.values()
+        if case.code is not None
+    } == kept
+    assert DUP_KEYS in {raw for raw, _ in kept.values()}
     rescued = next(r for r in readings.values() if r.event_id == "extra")
     assert {"battery": {"pct": 80}, "firmware": "1.2"} == json.loads(rescued._rescued)
+
+
+def _bytes(raw: bytearray | None) -> bytes | None:
+    return bytes(raw) if raw is not None else None
+
+
+def _text(raw: bytes | None) -> str | None:
+    """The text view a table keeps of ``raw``: its UTF-8 text, or null."""
+    try:
+        return raw.decode() if raw is not None else None
+    except UnicodeDecodeError:
+        return None

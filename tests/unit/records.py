@@ -7,12 +7,34 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from service.schemas import BRONZE
+from service.schemas import KAFKA_HEADERS
+from service.transforms.bronze import to_records
 
 ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 # Prefix of a value given as hex bytes (to carry invalid UTF-8 through createDataFrame).
 HEX = "hex:"
+# The columns of Spark's Kafka source (but ``timestampType``).
+KAFKA_SOURCE = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("headers", KAFKA_HEADERS),
+    ]
+)
 
 
 def bronze_frame(
@@ -23,13 +45,19 @@ def bronze_frame(
     partition: int = 0,
     first_offset: int = 0,
 ) -> DataFrame:
-    """Bronze rows of (key, value) records at consecutive offsets, all arriving at ``arrival``."""
+    """Bronze rows of (key, value) records at consecutive offsets, all arriving at ``arrival``.
+
+    A value starting with `HEX` is given as hex bytes (to carry invalid UTF-8).
+    """
     rows = [
-        (key, value, topic, partition, first_offset + i, arrival, None, arrival)
+        (_bytes(key), _bytes(value), topic, partition, first_offset + i, arrival, None)
         for i, (key, value) in enumerate(records)
     ]
-    frame = spark.createDataFrame(rows, BRONZE)
-    raw_bytes = F.unhex(F.substring("value", len(HEX) + 1, 1 << 20)).cast("string")
-    return frame.withColumn(
-        "value", F.when(F.col("value").startswith(HEX), raw_bytes).otherwise(F.col("value"))
-    )
+    source = spark.createDataFrame(rows, KAFKA_SOURCE)
+    return to_records(source).withColumn("ingested_at", F.lit(arrival))
+
+
+def _bytes(text: str | None) -> bytes | None:
+    if text is None:
+        return None
+    return bytes.fromhex(text[len(HEX) :]) if text.startswith(HEX) else text.encode()

@@ -248,7 +248,7 @@ def parsed(spark: SparkSession) -> DataFrame:
 def outcomes(parsed: DataFrame) -> dict[str, dict[str, Any]]:
     """Each case's error and a few typed fields, by case name."""
     rows = parsed.select(
-        "key",
+        F.col("key_text").alias("key"),
         "error_code",
         "error_detail",
         F.col("reading.event_time").cast("string").alias("event_time"),
@@ -288,7 +288,9 @@ def test_unknown_fields_are_rescued_with_their_json_types(spark: SparkSession) -
     bronze = bronze_frame(spark, [("k", document), ("plain", text(reading()))], "sensors")
     rows = {
         r["key"]: r
-        for r in parse_sensor_readings(bronze).select("key", "reading._rescued").collect()
+        for r in parse_sensor_readings(bronze)
+        .select(F.col("key_text").alias("key"), "reading._rescued")
+        .collect()
     }
     expected = {**extra, "nothing": None}
     assert expected == json.loads(rows["k"]["_rescued"])
@@ -316,7 +318,10 @@ def test_valid_rows_become_silver_readings_and_invalid_rows_quarantine(parsed: D
         "quarantined": quarantine.count(),
         "valid_offsets": {r["kafka_offset"] for r in readings.select("kafka_offset").collect()},
     }
-    offsets = {r["key"]: r["kafka_offset"] for r in parsed.select("key", "kafka_offset").collect()}
+    offsets = {
+        r["key"]: r["kafka_offset"]
+        for r in parsed.select(F.col("key_text").alias("key"), "kafka_offset").collect()
+    }
     assert {
         "readings_schema": [(f.name, f.dataType) for f in SILVER_SENSOR_READINGS.fields],
         "quarantine_schema": [(f.name, f.dataType) for f in QUARANTINE.fields],
@@ -344,7 +349,7 @@ def test_streaming_and_static_parsing_agree(spark: SparkSession, tmp_path: Any) 
     stream = spark.readStream.schema(static.schema).parquet(str(tmp_path / "bronze"))
     query = (
         parse_sensor_readings(stream, max_payload_bytes=MAX_PAYLOAD_BYTES)
-        .select("key", "error_code")
+        .select(F.col("key_text").alias("key"), "error_code")
         .writeStream.format("memory")
         .queryName("parsed_sensors")
         .trigger(availableNow=True)

@@ -1,0 +1,75 @@
+"""`lakehouse-ingest migrate`: upgrade tables written by an earlier layout, in place.
+
+The one earlier layout is bronze and quarantine with ``key``/``value`` as STRING
+(before DESIGN.md §3 made them the exact bytes, BINARY, with text views). Each
+such table is rewritten by one Delta overwrite commit: its rows, Kafka
+coordinates and ``txn`` records (the exactly-once bookkeeping) stay, so the
+checkpoints still agree with it. It runs under the driver lease: never beside a
+running driver.
+"""
+
+from __future__ import annotations
+
+import structlog
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from service.config import Settings
+from service.errors import TableLayoutError
+from service.hadoop_fs import HadoopFiles
+from service.lease import DriverLease, lease_location
+from service.spark import build_spark
+from service.tables import BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
+from service.transforms.bronze import raw_from_text
+
+log = structlog.get_logger(__name__)
+
+_RAW_TABLES = (BRONZE_USERS, BRONZE_SENSORS, QUARANTINE_TABLE)
+_TEXT_LAYOUT = {"key": "string", "value": "string"}
+
+
+def migrate(settings: Settings) -> list[str]:
+    """The ``migrate`` verb: under the driver lease, upgrade what needs it; return its names."""
+    spark = build_spark(settings, app_name="lakehouse-ingest-migrate")
+    lease = DriverLease(
+        HadoopFiles(spark),
+        lease_location(settings.checkpoint_uri),
+        settings.lease_ttl_seconds,
+        settings.lease_renew_seconds,
+    )
+    lease.acquire()
+    lease.start_renewing()  # a rewrite of a large bronze table outlasts the TTL
+    try:
+        return migrate_tables(spark, settings)
+    finally:
+        lease.release()
+
+
+def migrate_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """Upgrade every table of an earlier layout; return the names of those rewritten."""
+    migrated = []
+    for table in _RAW_TABLES:
+        uri = table.uri(settings.storage_uri)
+        if not DeltaTable.isDeltaTable(spark, uri):
+            continue
+        if _upgrade(spark, table, uri):
+            migrated.append(table.name)
+    return migrated
+
+
+def _upgrade(spark: SparkSession, table: Table, uri: str) -> bool:
+    current = spark.read.format("delta").load(uri)
+    schema = table.schema
+    if schema is None or not table.layout_differences(current.schema):
+        return False
+    kinds = {f.name: f.dataType.simpleString() for f in current.schema.fields}
+    if any(kinds.get(name) != kind for name, kind in _TEXT_LAYOUT.items()):
+        raise TableLayoutError(
+            f"{table.name} at {uri}: no migration from this layout "
+            f"({'; '.join(table.layout_differences(current.schema))})"
+        )
+    version = DeltaTable.forPath(spark, uri).history(1).collect()[0]["version"]
+    upgraded = raw_from_text(current).select(*schema.fieldNames())
+    (upgraded.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(uri))
+    log.info("table_migrated", table=table.name, uri=uri, from_version=version)
+    return True

@@ -1,0 +1,83 @@
+"""Tables of the earlier layout (raw key/value as STRING): refused at start, then migrated."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from service.__main__ import main
+from service.config import Settings
+from service.errors import TableLayoutError
+from service.migrate import migrate_tables
+from service.queries import prepare_tables
+from service.schemas import BRONZE, KAFKA_HEADERS, LINEAGE
+from service.sinks.delta import append_once, table_transactions
+from service.tables import BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS
+
+AT = datetime(2026, 11, 1, 12, 0, 0)
+# bronze before DESIGN.md §3 made the raw columns BINARY.
+TEXT_BRONZE = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("value", StringType()),
+        *LINEAGE,
+        StructField("headers", KAFKA_HEADERS),
+        BRONZE["ingested_at"],
+    ]
+)
+NOT_UTF8 = b'{"a": "\xff"}'
+
+
+def test_an_earlier_layout_is_refused_then_migrated_in_place(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("INGEST_STORAGE_ROOT", str(tmp_path / "lake"))
+    settings = Settings(storage_root=str(tmp_path / "lake"))
+    uri = BRONZE_SENSORS.uri(settings.storage_uri)
+    rows = [("d1", '{"event_id": "e"}', "sensors", 0, 0, AT, None, AT)]
+    old = spark.createDataFrame([*rows, ("d2", "x", "sensors", 0, 1, AT, None, AT)], TEXT_BRONZE)
+    # The earlier layout kept invalid UTF-8 in a STRING column: put those bytes there.
+    old = old.withColumn(
+        "value",
+        F.when(F.col("kafka_offset") == 1, F.unhex(F.lit(NOT_UTF8.hex())).cast("string")).otherwise(
+            F.col("value")
+        ),
+    )
+    append_once(old, uri, "ingest_sensors-app", 7)
+
+    with pytest.raises(TableLayoutError) as refused:
+        prepare_tables(spark, settings, "ingest_sensors", BRONZE_SENSORS_TABLES)
+    assert "bronze/sensors" in str(refused.value)
+    assert "value string, expected binary" in str(refused.value)
+    assert "lakehouse-ingest migrate" in str(refused.value)
+
+    # The verb: under the driver lease, in the process's Spark session.
+    assert 0 == main(["migrate"])
+    assert "migrated: bronze/sensors\n" == capsys.readouterr().out
+
+    table = spark.read.format("delta").load(uri)
+    assert [] == BRONZE_SENSORS.layout_differences(table.schema)
+    got = sorted(
+        (r.kafka_offset, bytes(r.key), bytes(r.value), r.key_text, r.value_text)
+        for r in table.collect()
+    )
+    assert [
+        (0, b"d1", b'{"event_id": "e"}', "d1", '{"event_id": "e"}'),
+        (1, b"d2", NOT_UTF8, "d2", None),
+    ] == got
+    # The exactly-once bookkeeping survives the rewrite; a second run has nothing to do.
+    assert {"ingest_sensors-app": 7} == table_transactions(spark, uri)
+    assert [] == migrate_tables(spark, settings)
+    assert 0 == main(["migrate"])
+    assert "nothing to migrate\n" == capsys.readouterr().out
+
+
+BRONZE_SENSORS_TABLES = (BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS)
