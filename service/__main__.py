@@ -171,9 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run(settings, available_now=args.available_now)
         if args.command == "status":
-            from service.status import collect_status, status_spark
+            from service.status import collect_status
 
-            report = collect_status(status_spark(settings), settings)
+            report = collect_status(settings)
             print(report.to_json() if args.json else report.to_text())
             return 0 if report.ok else EXIT_FAILURE
         if args.command == "migrate":

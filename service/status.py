@@ -1,10 +1,11 @@
 """The ``status`` verb: what each query committed, how far Kafka is ahead, what the tables hold.
 
 It reads only durable state, so it works while the driver is down: each query's
-checkpoint (`service.checkpoints`, through Hadoop's FileSystem), the broker's
-latest offsets (librdkafka watermarks),
-the driver lease and each Delta table's latest commit and row count. It
-writes nothing and takes no lease, so it is safe next to a running driver.
+checkpoint (`service.checkpoints`) and the driver lease through pyarrow's
+filesystems, the broker's latest offsets (librdkafka watermarks) and each Delta
+table's latest commit and row count through delta-rs (`service.lakeview`). No
+JVM, so it starts fast and needs little memory beside a busy driver. It writes
+nothing and takes no lease, so it is safe next to a running driver.
 """
 
 from __future__ import annotations
@@ -17,19 +18,16 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from delta.tables import DeltaTable
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 
-from service.checkpoints import CheckpointState, read_checkpoint
+from service.checkpoints import CheckpointFiles, CheckpointState, read_checkpoint
 from service.config import Settings
 from service.gold import gold_queries
-from service.hadoop_fs import HadoopFiles
 from service.ingest import ingest_queries
+from service.lakeview import LakeReader, LakeReadError, run_sql
 from service.lease import lease_location
+from service.object_files import ObjectFiles
 from service.queries import QuerySpec, checkpoint_location
-from service.spark import build_spark
+from service.tables import Table
 
 _KAFKA_TIMEOUT_SECONDS = 10.0
 T = TypeVar("T")
@@ -151,10 +149,10 @@ class Status:
         return "\n".join(lines)
 
 
-def collect_status(spark: SparkSession, settings: Settings) -> Status:
+def collect_status(settings: Settings) -> Status:
     """Read checkpoints, broker offsets, the lease and the tables of ``settings``."""
-    files = HadoopFiles(spark)
-    modified = _modification_time(spark)
+    files = ObjectFiles(settings)
+    modified = files.modified
     queries = ingest_queries(settings)
     gold = gold_queries() if settings.gold_enabled else []
     latest = broker_offsets(settings, [q.topic for q in queries])
@@ -175,7 +173,7 @@ def collect_status(spark: SparkSession, settings: Settings) -> Status:
         generated_at=_iso(time.time()),
         lease=_lease_status(files, lease_location(settings.checkpoint_uri)),
         queries=query_status,
-        tables=[table_status(spark, t.name, t.uri(settings.storage_uri)) for t in tables],
+        tables=[table_status(LakeReader.from_settings(settings), t) for t in tables],
     )
 
 
@@ -224,41 +222,30 @@ def broker_offsets(settings: Settings, topics: Sequence[str]) -> dict[str, Any]:
     return result
 
 
-def table_status(spark: SparkSession, name: str, uri: str) -> TableStatus:
-    """The latest version, commit and row count of the Delta table at ``uri``."""
+def table_status(reader: LakeReader, table: Table) -> TableStatus:
+    """The latest version, commit and row count of ``table`` (counted from the Delta log)."""
+    uri = reader.uri(table)
     try:
-        if not DeltaTable.isDeltaTable(spark, uri):
-            return TableStatus(name, uri, exists=False)
-        last = DeltaTable.forPath(spark, uri).history(1).collect()[0]
-        rows = spark.read.format("delta").load(uri).count()
-    except (Py4JJavaError, PySparkException) as e:
-        return TableStatus(name, uri, exists=True, error=_first_line(e))
+        delta = reader.open_if_exists(table)
+        if delta is None:
+            return TableStatus(table.name, uri, exists=False)
+        [last] = delta.history(1)
+        rows = run_sql({"t": delta}, "SELECT COUNT(*) AS n FROM t").column("n")[0].as_py()
+    except (LakeReadError, OSError) as e:
+        return TableStatus(table.name, uri, exists=True, error=_first_line(e))
     return TableStatus(
-        name,
+        table.name,
         uri,
         exists=True,
-        version=int(last["version"]),
-        last_commit_time=last["timestamp"].replace(tzinfo=UTC).isoformat(),
+        version=delta.version(),
+        last_commit_time=_iso(int(last["timestamp"]) / 1000.0),
         last_operation=str(last["operation"]),
         rows=int(rows),
     )
 
 
-def status_spark(settings: Settings) -> SparkSession:
-    """A small local SparkSession for reading (no UI; JVM logs on stderr, errors only)."""
-    small = settings.model_copy(
-        update={
-            "spark_master": "local[1]",
-            "spark_ui_enabled": False,
-            "spark_driver_memory": "1g",
-            "log_level": "ERROR",
-        }
-    )
-    return build_spark(small, app_name="lakehouse-ingest-status", jvm_log_target="SYSTEM_ERR")
-
-
 def _query_status(
-    files: HadoopFiles,
+    files: CheckpointFiles,
     modified: Callable[[str], float | None],
     uri: str,
     name: str,
@@ -296,10 +283,10 @@ def _query_status(
     )
 
 
-def _lease_status(files: HadoopFiles, uri: str) -> LeaseStatus:
+def _lease_status(files: CheckpointFiles, uri: str) -> LeaseStatus:
     try:
         text = files.read_text(uri)
-    except Py4JJavaError as e:
+    except OSError as e:
         return LeaseStatus(held=False, error=_first_line(e))
     if not text:
         return LeaseStatus(held=False)
@@ -312,25 +299,10 @@ def _lease_status(files: HadoopFiles, uri: str) -> LeaseStatus:
     )
 
 
-def _modification_time(spark: SparkSession) -> Callable[[str], float | None]:
-    """A function giving a file's modification time (unix seconds) through Hadoop."""
-    jvm: Any = spark.sparkContext._jvm
-    conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
-
-    def modified(uri: str) -> float | None:
-        path = jvm.org.apache.hadoop.fs.Path(uri)
-        try:
-            return float(path.getFileSystem(conf).getFileStatus(path).getModificationTime()) / 1e3
-        except Py4JJavaError:
-            return None
-
-    return modified
-
-
 def _guarded(read: Callable[[], T], errors: list[str], default: T) -> T:
     try:
         return read()
-    except (Py4JJavaError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError) as e:
         errors.append(f"checkpoint unreadable: {_first_line(e)}")
         return default
 

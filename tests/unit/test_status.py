@@ -9,7 +9,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from service.checkpoints import CheckpointState, read_checkpoint
-from service.hadoop_fs import HadoopFiles
+from service.config import Settings
+from service.lakeview import LakeReader
+from service.object_files import ObjectFiles
+from service.sinks.delta import append_once, ensure_table
 from service.status import (
     LeaseStatus,
     PartitionStatus,
@@ -17,7 +20,9 @@ from service.status import (
     Status,
     TableStatus,
     partition_lag,
+    table_status,
 )
+from service.tables import SENSOR_DUPLICATES_TABLE, USERS
 
 CHECKPOINT = "s3a://lake/_checkpoints/ingest_sensors"
 
@@ -47,7 +52,8 @@ def test_checkpoint_written_by_spark_reads_as_its_id_and_last_committed_batch(
     before = time.time()
     query_id = run_file_stream(spark, source, checkpoint)
 
-    state = read_checkpoint(HadoopFiles(spark), checkpoint)
+    files = ObjectFiles(Settings(storage_root=str(tmp_path)))
+    state = read_checkpoint(files, checkpoint)
 
     assert (query_id, 1, None, {}) == (
         state.query_id,
@@ -57,11 +63,43 @@ def test_checkpoint_written_by_spark_reads_as_its_id_and_last_committed_batch(
     )
     assert state.batch_timestamp_ms is not None
     assert before <= state.batch_timestamp_ms / 1000 <= time.time()
+    committed_at = files.modified(f"{checkpoint}/commits/1")
+    assert committed_at is not None
+    assert before <= committed_at <= time.time()
+    assert files.modified(f"{checkpoint}/commits/2") is None
 
 
-def test_new_checkpoint_has_no_committed_batch(spark: SparkSession, tmp_path: Path) -> None:
+def test_new_checkpoint_has_no_committed_batch(tmp_path: Path) -> None:
     uri = f"file:{tmp_path / 'none'}"
-    assert CheckpointState(uri) == read_checkpoint(HadoopFiles(spark), uri)
+    files = ObjectFiles(Settings(storage_root=str(tmp_path)))
+    assert CheckpointState(uri) == read_checkpoint(files, uri)
+    assert files.read_text(f"{uri}/metadata") is None
+
+
+def test_table_status_reads_version_commit_and_rows_from_the_delta_log(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = Settings(storage_root=str(tmp_path / "lake"))
+    uri = SENSOR_DUPLICATES_TABLE.uri(settings.storage_uri)
+    schema = SENSOR_DUPLICATES_TABLE.schema
+    assert schema is not None
+    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    rows = [(f"e{i}", "sensors", 0, i, None, None, None, None) for i in range(3)]
+    append_once(spark.createDataFrame(rows, schema).coalesce(1), uri, "app", 0)
+    reader = LakeReader.from_settings(settings)
+
+    status = table_status(reader, SENSOR_DUPLICATES_TABLE)
+    missing = table_status(reader, USERS)
+
+    assert (True, 1, 3, "WRITE", None) == (
+        status.exists,
+        status.version,
+        status.rows,
+        status.last_operation,
+        status.error,
+    )
+    assert status.last_commit_time is not None
+    assert (False, None) == (missing.exists, missing.rows)
 
 
 def test_lag_is_latest_minus_committed_and_unread_partitions_lag_from_their_start() -> None:
