@@ -74,6 +74,8 @@ $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION):
 
 # Helm reads only files inside the chart: copy the dashboards (deploy/grafana) and the
 # alert rule files (deploy/prometheus, files with top-level `groups:`) into it (git-ignored).
+# The chart scopes the copied rules to its release's job and namespace and sets their
+# thresholds and runbook links from its values (templates/prometheusrule.yaml).
 chart-files:
 	rm -rf $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules
 	mkdir -p $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules

@@ -74,7 +74,73 @@ app.kubernetes.io/part-of: lakehouse-ingest
 {{- end }}
 {{- end }}
 
-{{/* The driver's env entries beyond the ConfigMap: secret references and executor wiring. */}}
+{{/* Where Secrets are mounted: the same paths in the driver and every executor pod. */}}
+{{- define "lakehouse-ingest.kafkaCaDir" -}}/etc/lakehouse-ingest/kafka-ca{{- end }}
+{{- define "lakehouse-ingest.sparkAuthDir" -}}/etc/lakehouse-ingest/spark-auth{{- end }}
+
+{{/* Secret volumes shared by the driver and the executors: the Kafka CA (executors read
+Kafka too) and, with executors, the key of Spark's RPC authentication. */}}
+{{- define "lakehouse-ingest.secretVolumes" -}}
+{{- if .Values.kafka.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .Values.kafka.caSecret }}
+    items:
+      - key: {{ .Values.kafka.caKey }}
+        path: {{ .Values.kafka.caKey }}
+{{- end }}
+{{- if .Values.spark.executors.enabled }}
+- name: spark-auth
+  secret:
+    secretName: {{ .Values.spark.executors.authSecret }}
+    # 0440 (group-readable through fsGroup), else 0444: the JVM runs as a non-root user.
+    defaultMode: {{ if .Values.podSecurityContext.fsGroup }}288{{ else }}292{{ end }}
+    items:
+      - key: {{ .Values.spark.executors.authSecretKey }}
+        path: {{ .Values.spark.executors.authSecretKey }}
+{{- end }}
+{{- end }}
+
+{{- define "lakehouse-ingest.secretVolumeMounts" -}}
+{{- if .Values.kafka.caSecret }}
+- name: kafka-ca
+  mountPath: {{ include "lakehouse-ingest.kafkaCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.spark.executors.enabled }}
+- name: spark-auth
+  mountPath: {{ include "lakehouse-ingest.sparkAuthDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+spark.* settings the chart manages, as the JSON of INGEST_SPARK_EXTRA_CONF; they win over
+spark.executors.extraConf, and values.schema.json refuses them there.
+Always: no kill links in the Spark UI. With executors: executor pods owned by this pod
+(Kubernetes expands $(POD_NAME)); RPC authenticated with the key of a mounted Secret
+(read from the file by the driver and by every executor: Spark then puts no secret in
+the executor pods' environment), AES-encrypted RPC and encrypted local disk I/O; and no
+clean-up of driver Services or PVCs at stop (Spark created none here), so the Role
+needs no rights on them.
+*/}}
+{{- define "lakehouse-ingest.sparkConf" -}}
+{{- $conf := dict "spark.ui.killEnabled" "false" }}
+{{- if .Values.spark.executors.enabled }}
+{{- $_ := set $conf "spark.kubernetes.driver.pod.name" "$(POD_NAME)" }}
+{{- $_ = set $conf "spark.kubernetes.executor.podNamePrefix" (include "lakehouse-ingest.fullname" .) }}
+{{- $_ = set $conf "spark.authenticate" "true" }}
+{{- $_ = set $conf "spark.authenticate.secret.file" (printf "%s/%s" (include "lakehouse-ingest.sparkAuthDir" .) .Values.spark.executors.authSecretKey) }}
+{{- $_ = set $conf "spark.network.crypto.enabled" "true" }}
+{{- $_ = set $conf "spark.io.encryption.enabled" "true" }}
+{{- $_ = set $conf "spark.kubernetes.driver.service.deleteOnTermination" "false" }}
+{{- $_ = set $conf "spark.kubernetes.driver.ownPersistentVolumeClaim" "false" }}
+{{- $conf = merge $conf .Values.spark.executors.extraConf }}
+{{- end }}
+{{- toJson $conf }}
+{{- end }}
+
+{{/* The driver's env entries beyond the ConfigMap: secret references and Spark settings. */}}
 {{- define "lakehouse-ingest.driverEnv" -}}
 {{- include "lakehouse-ingest.s3CredentialsEnv" . }}
 {{- if .Values.kafka.existingSecret }}
@@ -94,8 +160,16 @@ app.kubernetes.io/part-of: lakehouse-ingest
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
-{{- /* Executor pods are owned by this pod and go with it; Kubernetes expands $(POD_NAME). */}}
-- name: INGEST_SPARK_EXTRA_CONF
-  value: {{ merge (dict "spark.kubernetes.driver.pod.name" "$(POD_NAME)" "spark.kubernetes.executor.podNamePrefix" (include "lakehouse-ingest.fullname" .)) .Values.spark.executors.extraConf | toJson | quote }}
 {{- end }}
+- name: INGEST_SPARK_EXTRA_CONF
+  value: {{ include "lakehouse-ingest.sparkConf" . | quote }}
+{{- end }}
+
+{{/* NetworkPolicy egress rule for DNS, wherever the cluster's resolver runs. */}}
+{{- define "lakehouse-ingest.dnsEgress" -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
 {{- end }}
