@@ -21,7 +21,6 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service.config import Settings
 from service.errors import QueryFailedError
 from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query
-from service.hadoop_fs import HadoopFiles
 from service.http import readiness_verdict, serve_http
 from service.ingest import (
     BatchOutcome,
@@ -31,10 +30,13 @@ from service.ingest import (
     start_ingest_query,
 )
 from service.kafka_admin import ensure_topics
+from service.lag import LaggedQuery, LagPoller, broker_offsets, offsets_consumer
 from service.lease import DriverLease, lease_location
+from service.lease_store import lease_store
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
-from service.queries import QuerySpec, QueryWriter, prepare_tables
+from service.object_files import ObjectFiles
+from service.queries import QuerySpec, QueryWriter, checkpoint_location, prepare_tables
 from service.spark import build_spark
 
 log = structlog.get_logger(__name__)
@@ -77,8 +79,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
     spark.streams.addListener(MetricsListener(metrics))
 
     lease = DriverLease(
-        HadoopFiles(spark),
-        lease_location(settings.checkpoint_uri),
+        lease_store(settings, lease_location(settings.checkpoint_uri)),
         settings.lease_ttl_seconds,
         settings.lease_renew_seconds,
     )
@@ -92,6 +93,17 @@ def run(settings: Settings, available_now: bool = False) -> int:
     metrics.watch_storage(lambda: lease.record.heartbeat_at)
     metrics.watch_readiness(readiness)
     server = serve_http(settings.http_port, registry, readiness)
+    consumer = offsets_consumer(settings)
+    lag = LagPoller(
+        [
+            LaggedQuery(q.name, q.topic, checkpoint_location(settings, q.name))
+            for q in ingest_queries(settings)
+        ],
+        lambda topics: broker_offsets(consumer, topics),
+        ObjectFiles(settings),
+        metrics,
+        from_earliest=settings.kafka_starting_offsets == "earliest",
+    )
     try:
         interval = 0.0 if available_now else settings.trigger_interval_seconds
         specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
@@ -104,7 +116,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
-            writer = BatchWriter(spec, settings, _record_batch(metrics), maintenance)
+            writer = BatchWriter(spec, settings, _record_batch(metrics), lease.fence, maintenance)
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
@@ -113,9 +125,10 @@ def run(settings: Settings, available_now: bool = False) -> int:
             if stop_requested.is_set():
                 break
             maintenance = maintenance_for(gold, settings, specs, metrics.maintenance)
-            gold_writer = GoldWriter(gold, settings, maintenance)
+            gold_writer = GoldWriter(gold, settings, lease.fence, maintenance)
             handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
             running.append(RunningQuery(gold, handle, gold_writer))
+        lag.start(settings.lag_poll_seconds)
         log.info(
             "running",
             queries=[r.spec.name for r in running],
@@ -128,6 +141,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
         raise
     finally:
         try:
+            lag.stop()
+            consumer.close()
             lease.release()
             _shutdown_spark(spark)
         finally:

@@ -103,9 +103,13 @@ class GoldWriter(QueryWriter):
     """The ``foreachBatch`` function of a gold query."""
 
     def __init__(
-        self, query: GoldQuery, settings: Settings, maintenance: TableMaintenance | None = None
+        self,
+        query: GoldQuery,
+        settings: Settings,
+        fence: Callable[[], None],
+        maintenance: TableMaintenance | None = None,
     ) -> None:
-        super().__init__(query.name, maintenance)
+        super().__init__(query.name, fence, maintenance)
         self.query = query
         self.settings = settings
 
@@ -118,6 +122,7 @@ class GoldWriter(QueryWriter):
             if self.query.after_write is not None:
                 rows = rows.persist()  # published after the commit: computed once
             try:
+                self.fence()
                 append_once(rows, self.query.table.uri(self.settings.storage_uri), app_id, batch_id)
                 if self.query.after_write is not None:
                     self.query.after_write(rows, self.settings)

@@ -54,17 +54,3 @@ class HadoopFiles:
                     raise
             time.sleep(0.2 * attempt)
             attempt += 1
-
-    def write_text(self, uri: str, text: str) -> None:
-        """Write ``text`` to ``uri``, replacing it."""
-        fs, path = self._path(uri)
-        stream = fs.create(path, True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
-
-    def delete(self, uri: str) -> None:
-        """Delete ``uri`` (a file) if it exists."""
-        fs, path = self._path(uri)
-        fs.delete(path, False)

@@ -104,9 +104,10 @@ class BatchWriter(QueryWriter):
         query: IngestQuery,
         settings: Settings,
         on_batch: Callable[[str, BatchOutcome], None],
+        fence: Callable[[], None],
         maintenance: TableMaintenance | None = None,
     ) -> None:
-        super().__init__(query.name, maintenance)
+        super().__init__(query.name, fence, maintenance)
         self.query = query
         self.settings = settings
         self.on_batch = on_batch
@@ -123,7 +124,7 @@ class BatchWriter(QueryWriter):
                 with profile.phase("read_validate"):
                     summary = _summarize(parsed)
                 write = _write_users if self.query.kind == "users" else _write_sensors
-                written = Written(app_id, batch_id, stamp, profile)
+                written = Written(app_id, batch_id, stamp, profile, self.fence)
                 outcome = write(parsed, summary, self.settings, written)
             finally:
                 parsed.unpersist()
@@ -178,16 +179,21 @@ def _summarize(parsed: DataFrame) -> BatchSummary:
 
 @dataclass(frozen=True)
 class Written:
-    """Which write this is: the txn (app id, batch id), the batch's stamp, its profile."""
+    """Which write this is: the txn (app id, batch id), the batch's stamp, its profile.
+
+    ``fence`` runs before each table write (the driver lease is still ours).
+    """
 
     app_id: str
     batch_id: int
     stamp: Column
     profile: BatchProfile
+    fence: Callable[[], None]
 
     def append(self, rows: DataFrame, table: Table, settings: Settings) -> None:
         """Append ``rows`` to ``table`` exactly once for this batch (a profile phase)."""
         with self.profile.phase(table.name):
+            self.fence()
             append_once(rows, table.uri(settings.storage_uri), self.app_id, self.batch_id)
 
 
@@ -219,6 +225,7 @@ def _write_users(
     if summary.valid:
         users = USERS.uri(settings.storage_uri)
         with written.profile.phase(USERS.name):
+            written.fence()
             merge_users_once(latest_user_changes(valid), users, written.app_id, written.batch_id)
     return BatchOutcome(
         rows_in=summary.rows_in,

@@ -5,8 +5,14 @@ JSON file under the checkpoint root that the owner rewrites every
 ``renew_seconds``. A starting driver takes it over when the file is absent,
 when its owner is a dead process on this host, or when its heartbeat has not
 advanced for ``ttl_seconds``; a heartbeat that keeps advancing means another
-driver is alive, and the start fails with `LeaseHeldError`. A running driver
-that finds its lease taken stops with `LeaseLostError`.
+driver is alive, and the start fails with `LeaseHeldError`.
+
+Every write is a compare-and-swap (`service.lease_store`): creating succeeds only if
+there is no lease, renewing and taking over only if nobody wrote it since it was
+read. Two drivers starting at the same instant cannot both win: the loser gets
+`LeaseHeldError`. A running driver whose renewal or `fence` finds the lease taken
+stops with `LeaseLostError`; the writers call `fence` before each table write, so a
+deposed driver commits at most the write it is in.
 """
 
 from __future__ import annotations
@@ -19,21 +25,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Protocol
 
 import structlog
 
 from service.errors import LeaseHeldError, LeaseLostError
+from service.lease_store import LeaseStore
 
 log = structlog.get_logger(__name__)
-
-
-class TextFiles(Protocol):
-    """The file operations the lease needs (`service.hadoop_fs.HadoopFiles` in production)."""
-
-    def read_text(self, uri: str) -> str | None: ...
-    def write_text(self, uri: str, text: str) -> None: ...
-    def delete(self, uri: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -63,67 +61,98 @@ def _pid_alive(pid: int) -> bool:
 
 
 class DriverLease:
-    """Acquire, renew and release the driver lease at ``uri``."""
+    """Acquire, renew, fence and release the driver lease in ``store``."""
 
     def __init__(
         self,
-        files: TextFiles,
-        uri: str,
+        store: LeaseStore,
         ttl_seconds: float,
         renew_seconds: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._files = files
-        self._uri = uri
+        self._store = store
+        self._uri = store.uri
         self._ttl = ttl_seconds
         self._renew = renew_seconds
         self._clock = clock
         now = clock()
         self.record = LeaseRecord(uuid.uuid4().hex, socket.gethostname(), os.getpid(), now, now)
+        self._version: str | None = None
+        self._writing = threading.Lock()  # a version and the store agree under it
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> LeaseRecord | None:
-        text = self._files.read_text(self._uri)
-        if not text:
+    def _read(self) -> tuple[LeaseRecord | None, str] | None:
+        """The lease's record (None if unreadable) and version, or None if there is none."""
+        found = self._store.read()
+        if found is None:
             return None
+        text, version = found
         try:
-            return LeaseRecord(**json.loads(text))
+            return LeaseRecord(**json.loads(text)), version
         except (ValueError, TypeError):
             log.warning("lease_unreadable", uri=self._uri)
-            return None
+            return None, version
 
-    def _write(self) -> None:
+    def _write(self, expected: str | None) -> bool:
+        """Write a renewed record if the lease is still at ``expected`` (None: absent)."""
+        with self._writing:
+            return self._write_locked(expected)
+
+    def _write_locked(self, expected: str | None) -> bool:
         renewed = LeaseRecord(**{**asdict(self.record), "heartbeat_at": self._clock()})
-        self._files.write_text(self._uri, json.dumps(asdict(renewed)))
+        text = json.dumps(asdict(renewed))
+        if expected is None:
+            version = self._store.create(text)
+        else:
+            version = self._store.replace(text, expected)
+        if version is None:  # lost the race, unless a retried request of ours had won it
+            current = self._store.read()
+            if current is None or current[0] != text:
+                return False
+            version = current[1]
         # Only a write that succeeded counts as a heartbeat (readiness and alerts read it).
-        self.record = renewed
+        self.record, self._version = renewed, version
+        return True
 
     def _is_stale_on_sight(self, other: LeaseRecord) -> bool:
         if other.host != self.record.host:
             return False
         return other.pid == self.record.pid or not _pid_alive(other.pid)
 
+    def _held_error(self, other: LeaseRecord | None) -> LeaseHeldError:
+        who = f"{other.host} pid {other.pid}" if other else "another driver"
+        age = f", renewed {self._clock() - other.heartbeat_at:.1f}s ago" if other else ""
+        return LeaseHeldError(
+            f"another driver is running on this storage root: {who}, lease {self._uri}"
+            f"{age}. Only one driver may write a lakehouse; stop the other one first."
+        )
+
     def acquire(self, poll_seconds: float = 1.0) -> None:
         """Take the lease, waiting up to the TTL for a silent owner; fail if it is alive."""
-        other = self._read()
-        if other is not None and not self._is_stale_on_sight(other):
-            deadline = self._clock() + self._ttl
-            while self._clock() < deadline:
-                time.sleep(poll_seconds)
-                latest = self._read()
-                if latest is None:
-                    break
-                if latest.heartbeat_at != other.heartbeat_at or latest.owner != other.owner:
-                    raise LeaseHeldError(
-                        f"another driver is running on this storage root: {latest.host} "
-                        f"pid {latest.pid}, lease {self._uri} renewed "
-                        f"{self._clock() - latest.heartbeat_at:.1f}s ago. Only one driver may "
-                        "write a lakehouse; stop the other one first."
-                    )
-            log.warning("lease_taken_over", uri=self._uri, previous_owner=asdict(other))
-        self._write()
+        seen = self._read()
+        if seen is not None:
+            other, version = seen
+            if other is not None and not self._is_stale_on_sight(other):
+                deadline = self._clock() + self._ttl
+                while self._clock() < deadline:
+                    time.sleep(poll_seconds)
+                    latest = self._read()
+                    if latest is None:
+                        seen = None
+                        break
+                    if latest[1] != version:
+                        raise self._held_error(latest[0])
+            if seen is not None:
+                log.warning(
+                    "lease_taken_over",
+                    uri=self._uri,
+                    previous_owner=asdict(other) if other is not None else None,
+                )
+        if not self._write(seen[1] if seen is not None else None):
+            current = self._read()
+            raise self._held_error(current[0] if current is not None else None)
         log.info("lease_acquired", uri=self._uri, owner=self.record.owner)
 
     def start_renewing(self) -> None:
@@ -134,12 +163,15 @@ class DriverLease:
     def _renew_loop(self) -> None:
         while not self._stop.wait(self._renew):
             try:
-                current = self._read()
-                if current is not None and current.owner != self.record.owner:
-                    log.error("lease_lost", uri=self._uri, new_owner=asdict(current))
+                if not self._write(self._version):
+                    current = self._read()
+                    log.error(
+                        "lease_lost",
+                        uri=self._uri,
+                        new_owner=asdict(current[0]) if current and current[0] else None,
+                    )
                     self.lost.set()
                     return
-                self._write()
             except Exception:
                 log.exception("lease_renew_failed", uri=self._uri)
 
@@ -148,12 +180,28 @@ class DriverLease:
         if self.lost.is_set():
             raise LeaseLostError(f"lease {self._uri} was taken over by another driver")
 
+    def fence(self) -> None:
+        """Before a table write: raise `LeaseLostError` unless the lease is still ours.
+
+        One read of the lease object. Storage errors propagate (the write would fail
+        on the same storage anyway).
+        """
+        self.check()
+        with self._writing:
+            current = self._store.read()
+            held = current is not None and current[1] == self._version
+        if not held:
+            self.lost.set()
+            raise LeaseLostError(
+                f"lease {self._uri} is no longer held by this driver: a table write "
+                "was refused so that a second driver's tables stay consistent"
+            )
+
     def release(self) -> None:
         """Stop renewing and remove the lease if it is still ours."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self._renew + 5)
-        current = self._read()
-        if current is not None and current.owner == self.record.owner:
-            self._files.delete(self._uri)
+        if self._version is not None and not self.lost.is_set():
+            self._store.delete(self._version)
             log.info("lease_released", uri=self._uri)

@@ -28,7 +28,7 @@ import platform
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +48,6 @@ PREFIX = "lakehouse_ingest"
 _BATCH_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 _MAINTENANCE_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _KAFKA_LAG_STATS = ("min", "avg", "max")
-_SUBSCRIPTION = re.compile(r"(?:Subscribe|Assign)\[([^\]]*)\]")
 _JAVA_CLASS = re.compile(r"^\s*(?:\[([A-Z][A-Z0-9_.]*)\]|([\w$.]*(?:Exception|Error)))")
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 
@@ -209,13 +208,26 @@ class IngestMetrics:
         self.kafka_lag = {
             stat: Gauge(
                 f"{PREFIX}_kafka_{stat}_offsets_behind_latest",
-                f"{stat.capitalize()} over partitions of records not yet read at the end of a "
-                "query's last micro-batch (Spark Kafka source metrics).",
+                f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
+                "the lake (broker end offset minus the checkpoint's), polled every "
+                "INGEST_LAG_POLL_SECONDS.",
                 ["query", "topic"],
                 registry=registry,
             )
             for stat in _KAFKA_LAG_STATS
         }
+        self.kafka_lag_total = Gauge(
+            f"{PREFIX}_kafka_offsets_behind_latest",
+            "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
+            ["query", "topic"],
+            registry=registry,
+        )
+        self.kafka_lag_polled_at = Gauge(
+            f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
+            "When a query's Kafka lag was last polled successfully.",
+            ["query"],
+            registry=registry,
+        )
         self.freshness = Gauge(
             f"{PREFIX}_freshness_timestamp_seconds",
             "Time up to which a query's output is complete: its event-time watermark "
@@ -356,19 +368,24 @@ class IngestMetrics:
             self.freshness.labels(name, "caught_up").set(started)
 
     def _source_reported(self, query: str, source: Any) -> bool:
-        """Record a source's Kafka lag; return whether the batch read all it had."""
+        """Whether a source read all it had (its lag is polled, see `kafka_lag_polled`)."""
         metrics: Mapping[str, str] = source.metrics or {}
-        lag = {
-            stat: _finite(metrics.get(f"{stat}OffsetsBehindLatest")) for stat in _KAFKA_LAG_STATS
-        }
-        if lag["max"] is not None:
-            topic = _topics(source.description)
-            for stat, value in lag.items():
-                if value is not None:
-                    self.kafka_lag[stat].labels(query, topic).set(value)
-            return lag["max"] == 0
+        behind = _finite(metrics.get("maxOffsetsBehindLatest"))
+        if behind is not None:
+            return behind == 0
         latest = source.latestOffset
         return latest not in (None, "None", "null") and latest == source.endOffset
+
+    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
+        """Record a query's polled per-partition lag (`service.lag.LagPoller`)."""
+        for stat, value in (
+            ("min", min(lags)),
+            ("avg", sum(lags) / len(lags)),
+            ("max", max(lags)),
+        ):
+            self.kafka_lag[stat].labels(query, topic).set(value)
+        self.kafka_lag_total.labels(query, topic).set(sum(lags))
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
 
     def batch_written(
         self,
@@ -471,11 +488,6 @@ def termination_error_class(exception: str | None, error_class: str | None) -> s
     if match is None:
         return "unknown"
     return _label((match.group(1) or match.group(2)).rsplit(".", 1)[-1])
-
-
-def _topics(description: str | None) -> str:
-    match = _SUBSCRIPTION.search(description or "")
-    return _label(match.group(1)) if match else "unknown"
 
 
 def _label(text: str) -> str:

@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.errors import TableLayoutError
-from service.hadoop_fs import HadoopFiles
 from service.lease import DriverLease, lease_location
+from service.lease_store import lease_store
 from service.spark import build_spark
 from service.tables import BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
 from service.transforms.bronze import raw_from_text
@@ -32,8 +32,7 @@ def migrate(settings: Settings) -> list[str]:
     """The ``migrate`` verb: under the driver lease, upgrade what needs it; return its names."""
     spark = build_spark(settings, app_name="lakehouse-ingest-migrate")
     lease = DriverLease(
-        HadoopFiles(spark),
-        lease_location(settings.checkpoint_uri),
+        lease_store(settings, lease_location(settings.checkpoint_uri)),
         settings.lease_ttl_seconds,
         settings.lease_renew_seconds,
     )

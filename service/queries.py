@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -59,12 +59,21 @@ class QueryWriter:
     The app id is derived from the query id Spark keeps in the checkpoint, known only
     once the query has started: `bind` sets it, and a batch waits for it.
 
+    ``fence`` (`service.lease.DriverLease.fence`) runs before each table write and
+    raises if this driver no longer holds the lease.
+
     With ``maintenance`` (`service.maintenance.maintenance_for`), the writer also
     maintains the tables its query owns, after a batch's writes succeeded (`writing`).
     """
 
-    def __init__(self, query_name: str, maintenance: TableMaintenance | None = None) -> None:
+    def __init__(
+        self,
+        query_name: str,
+        fence: Callable[[], None],
+        maintenance: TableMaintenance | None = None,
+    ) -> None:
         self.query_name = query_name
+        self.fence = fence
         self._app_id: str | None = None
         self._bound = threading.Event()
         self._in_flight: int | None = None

@@ -17,30 +17,18 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from service.checkpoints import CheckpointFiles, CheckpointState, read_checkpoint
 from service.config import Settings
 from service.gold import gold_queries
 from service.ingest import ingest_queries
+from service.lag import PartitionStatus, broker_offsets, offsets_consumer, partition_lag
 from service.lakeview import LakeReader, LakeReadError, run_sql
 from service.lease import lease_location
 from service.object_files import ObjectFiles
 from service.queries import QuerySpec, checkpoint_location
 from service.tables import Table
 
-_KAFKA_TIMEOUT_SECONDS = 10.0
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class PartitionStatus:
-    """One Kafka partition: the next offset the checkpoint will read vs the broker's end."""
-
-    partition: int
-    committed: int | None
-    latest: int | None
-    lag: int | None
 
 
 @dataclass(frozen=True)
@@ -155,14 +143,27 @@ def collect_status(settings: Settings) -> Status:
     modified = files.modified
     queries = ingest_queries(settings)
     gold = gold_queries() if settings.gold_enabled else []
-    latest = broker_offsets(settings, [q.topic for q in queries])
+    consumer = offsets_consumer(settings)
+    try:
+        latest = broker_offsets(consumer, [q.topic for q in queries])
+    finally:
+        consumer.close()
+    from_earliest = settings.kafka_starting_offsets == "earliest"
     query_status = [
         _query_status(
-            files, modified, checkpoint_location(settings, q.name), q.name, q.topic, latest
+            files,
+            modified,
+            checkpoint_location(settings, q.name),
+            q.name,
+            q.topic,
+            latest,
+            from_earliest,
         )
         for q in queries
     ] + [
-        _query_status(files, modified, checkpoint_location(settings, g.name), g.name, None, {})
+        _query_status(
+            files, modified, checkpoint_location(settings, g.name), g.name, None, {}, True
+        )
         for g in gold
     ]
     specs: list[QuerySpec] = [*queries, *gold]
@@ -175,51 +176,6 @@ def collect_status(settings: Settings) -> Status:
         queries=query_status,
         tables=[table_status(LakeReader.from_settings(settings), t) for t in tables],
     )
-
-
-def partition_lag(
-    committed: Mapping[int, int], watermarks: Mapping[int, tuple[int, int]] | None
-) -> list[PartitionStatus]:
-    """Per partition: committed (next to read) vs latest; unread partitions lag from the start."""
-    partitions = sorted(set(committed) | set(watermarks or {}))
-    result = []
-    for p in partitions:
-        low_high = (watermarks or {}).get(p)
-        latest = low_high[1] if low_high else None
-        start = committed.get(p, low_high[0] if low_high else None)
-        lag = max(0, latest - start) if latest is not None and start is not None else None
-        result.append(PartitionStatus(p, committed.get(p), latest, lag))
-    return result
-
-
-def broker_offsets(settings: Settings, topics: Sequence[str]) -> dict[str, Any]:
-    """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable."""
-    consumer = Consumer(
-        {
-            **settings.kafka.librdkafka_config(),
-            "group.id": "lakehouse-ingest-status",
-            "enable.auto.commit": False,
-        }
-    )
-    result: dict[str, Any] = {}
-    try:
-        for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=_KAFKA_TIMEOUT_SECONDS)
-            described = metadata.topics.get(topic)
-            if described is None or described.error is not None:
-                result[topic] = {}
-                continue
-            result[topic] = {
-                p: consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=_KAFKA_TIMEOUT_SECONDS
-                )
-                for p in sorted(described.partitions)
-            }
-    except KafkaException as e:
-        result["_error"] = f"Kafka unreachable: {e}"
-    finally:
-        consumer.close()
-    return result
 
 
 def table_status(reader: LakeReader, table: Table) -> TableStatus:
@@ -251,12 +207,13 @@ def _query_status(
     name: str,
     topic: str | None,
     latest: Mapping[str, Any],
+    from_earliest: bool,
 ) -> QueryStatus:
     """A query's checkpoint; for an ingest query (``topic`` set) its Kafka lag too."""
     errors = [latest["_error"]] if topic is not None and "_error" in latest else []
     state = _guarded(lambda: read_checkpoint(files, uri), errors, CheckpointState(uri))
     partitions = (
-        partition_lag(state.kafka_offsets.get(topic, {}), latest.get(topic))
+        partition_lag(state.kafka_offsets.get(topic, {}), latest.get(topic), from_earliest)
         if topic is not None
         else []
     )

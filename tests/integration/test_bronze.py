@@ -5,10 +5,16 @@ Exactly-once through repeated kill -9 is `test_reconciliation.py`.
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from devstack import MinioServer
 from pyspark.sql import SparkSession
 
+from service.config import Settings
+from service.lease import lease_location
+from service.lease_store import S3LeaseStore
 from service.schemas import BRONZE
 from tests.integration.harness import Lake, assert_bronze_exactly_once, table_coordinates
 
@@ -107,3 +113,29 @@ def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_kee
     finally:
         first.cleanup()
         second.cleanup()
+
+
+def test_a_driver_whose_lease_was_taken_is_fenced_before_its_next_write_and_exits_1(
+    lake: Lake,
+) -> None:
+    # Renewal far apart, so the write's fence, not the renewal, finds the lease gone.
+    driver = lake.service(
+        "fenced", INGEST_LEASE_TTL_SECONDS="240", INGEST_LEASE_RENEW_SECONDS="120"
+    ).start()
+    try:
+        driver.wait_for_log('"event": "running"', timeout=120)
+        store = S3LeaseStore(
+            Settings.model_validate(lake.s3_env),
+            lease_location(f"{lake.storage_root}/_checkpoints"),
+        )
+        found = store.read()
+        assert found is not None
+        usurper = {"owner": "other", "host": "elsewhere", "pid": 1, "started_at": 0.0}
+        assert store.replace(json.dumps({**usurper, "heartbeat_at": time.time()}), found[1])
+        lake.generate("--users", "3", "--readings", "20", "--seed", "5")
+
+        assert driver.wait(timeout=120) == 1, driver.log_text()[-4000:]
+        assert "no longer held by this driver" in driver.log_text()
+        assert '"owner": "other"' in (store.read() or ("", ""))[0], "the lease stays the usurper's"
+    finally:
+        driver.cleanup()

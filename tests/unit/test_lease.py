@@ -1,4 +1,9 @@
-"""DriverLease: one live driver per storage root; crashed owners are taken over."""
+"""DriverLease: one live driver per storage root; crashed owners are taken over.
+
+The lease runs on `LocalLeaseStore` over a temporary directory (real files and
+locks); the S3 store's conditional writes are tested against MinIO in
+tests/integration/test_lease_s3.py.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +13,31 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from service.errors import LeaseHeldError
+from service.errors import LeaseHeldError, LeaseLostError
 from service.lease import DriverLease
+from service.lease_store import LocalLeaseStore
 
-URI = "file:/lake/_checkpoints/_driver_lease.json"
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalLeaseStore:
+    return LocalLeaseStore(f"file:{tmp_path}/_checkpoints/_driver_lease.json")
 
 
-class MemoryFiles:
-    """In-memory stand-in for HadoopFiles (the lease's only dependency)."""
+def put(store: LocalLeaseStore, text: str) -> None:
+    """Another driver's write (unconditional, as a test's stand-in)."""
+    path = Path(store.uri.removeprefix("file:"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
-    def __init__(self) -> None:
-        self.files: dict[str, str] = {}
 
-    def read_text(self, uri: str) -> str | None:
-        return self.files.get(uri)
-
-    def write_text(self, uri: str, text: str) -> None:
-        self.files[uri] = text
-
-    def delete(self, uri: str) -> None:
-        self.files.pop(uri, None)
+def held(store: LocalLeaseStore) -> dict[str, object] | None:
+    found = store.read()
+    return json.loads(found[0]) if found else None
 
 
 def owner_record(host: str, pid: int, heartbeat_at: float) -> str:
@@ -55,46 +62,42 @@ def dead_pid() -> int:
     return int(child.stdout)
 
 
-def test_a_free_root_is_acquired_and_released() -> None:
-    files = MemoryFiles()
-    lease = DriverLease(files, URI, ttl_seconds=10, renew_seconds=1)
+def test_a_free_root_is_acquired_and_released(store: LocalLeaseStore) -> None:
+    lease = DriverLease(store, ttl_seconds=10, renew_seconds=1)
     lease.acquire()
-    assert lease.record.owner == json.loads(files.files[URI])["owner"]
+    assert lease.record.owner == (held(store) or {})["owner"]
     lease.release()
-    assert URI not in files.files
+    assert held(store) is None
 
 
-def test_a_dead_owner_on_this_host_is_taken_over_at_once() -> None:
-    files = MemoryFiles()
-    files.write_text(URI, owner_record(socket.gethostname(), dead_pid(), 1e12))
-    lease = DriverLease(files, URI, ttl_seconds=3600, renew_seconds=1)
+def test_a_dead_owner_on_this_host_is_taken_over_at_once(store: LocalLeaseStore) -> None:
+    put(store, owner_record(socket.gethostname(), dead_pid(), 1e12))
+    lease = DriverLease(store, ttl_seconds=3600, renew_seconds=1)
     lease.acquire(poll_seconds=0.01)
-    assert os.getpid() == json.loads(files.files[URI])["pid"]
+    assert os.getpid() == (held(store) or {})["pid"]
 
 
-def test_a_silent_owner_elsewhere_is_taken_over_after_the_ttl() -> None:
-    files = MemoryFiles()
-    files.write_text(URI, owner_record("another-host", 1, 100.0))
-    lease = DriverLease(files, URI, ttl_seconds=0.2, renew_seconds=0.1)
+def test_a_silent_owner_elsewhere_is_taken_over_after_the_ttl(store: LocalLeaseStore) -> None:
+    put(store, owner_record("another-host", 1, 100.0))
+    lease = DriverLease(store, ttl_seconds=0.2, renew_seconds=0.1)
     lease.acquire(poll_seconds=0.05)
-    assert socket.gethostname() == json.loads(files.files[URI])["host"]
+    assert socket.gethostname() == (held(store) or {})["host"]
 
 
-def test_a_live_owner_that_keeps_renewing_makes_the_start_fail() -> None:
-    files = MemoryFiles()
-    files.write_text(URI, owner_record("another-host", 4242, 100.0))
+def test_a_live_owner_that_keeps_renewing_makes_the_start_fail(store: LocalLeaseStore) -> None:
+    put(store, owner_record("another-host", 4242, 100.0))
     stop = threading.Event()
 
     def renew() -> None:
         beat = 100.0
         while not stop.wait(0.02):
             beat += 1
-            files.write_text(URI, owner_record("another-host", 4242, beat))
+            put(store, owner_record("another-host", 4242, beat))
 
     renewer = threading.Thread(target=renew)
     renewer.start()
     try:
-        lease = DriverLease(files, URI, ttl_seconds=5, renew_seconds=1)
+        lease = DriverLease(store, ttl_seconds=5, renew_seconds=1)
         with pytest.raises(LeaseHeldError, match="another-host pid 4242"):
             lease.acquire(poll_seconds=0.05)
     finally:
@@ -102,37 +105,88 @@ def test_a_live_owner_that_keeps_renewing_makes_the_start_fail() -> None:
         renewer.join()
 
 
-def test_a_lease_taken_over_while_running_is_reported_lost() -> None:
-    files = MemoryFiles()
-    lease = DriverLease(files, URI, ttl_seconds=0.2, renew_seconds=0.05)
+DRIVER = """
+import sys, time
+from service.errors import LeaseHeldError
+from service.lease import DriverLease
+from service.lease_store import LocalLeaseStore
+lease = DriverLease(LocalLeaseStore(sys.argv[1]), ttl_seconds=3, renew_seconds=0.2)
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+try:
+    lease.acquire(poll_seconds=0.05)
+except LeaseHeldError:
+    print("refused", flush=True)
+    sys.exit(3)
+lease.start_renewing()
+print(lease.record.owner, flush=True)
+time.sleep(float(sys.argv[3]))
+lease.release()
+"""
+
+
+def test_of_drivers_starting_at_the_same_instant_exactly_one_wins(
+    store: LocalLeaseStore,
+) -> None:
+    for _ in range(3):
+        at = time.time() + 1.5  # every process imported and waiting by then
+        drivers = [
+            subprocess.Popen(
+                [sys.executable, "-c", DRIVER, store.uri, str(at), "1.5"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        outcomes = [(d.communicate(timeout=60)[0].strip(), d.returncode) for d in drivers]
+        winners = [owner for owner, code in outcomes if code == 0]
+        assert 1 == len(winners), outcomes
+        assert 3 == sum(1 for owner, code in outcomes if (owner, code) == ("refused", 3))
+        assert held(store) is None, "the winner released its lease"
+
+
+def test_a_lease_taken_over_while_running_is_reported_lost(store: LocalLeaseStore) -> None:
+    lease = DriverLease(store, ttl_seconds=0.2, renew_seconds=0.05)
     lease.acquire()
     lease.start_renewing()
-    files.write_text(URI, owner_record("another-host", 1, 1e12))
+    put(store, owner_record("another-host", 1, 1e12))
     assert lease.lost.wait(timeout=5)
     lease.release()
-    assert "another-host" == json.loads(files.files[URI])["host"]
+    assert "another-host" == (held(store) or {})["host"]
 
 
-class FailingWrites(MemoryFiles):
+def test_a_deposed_driver_is_fenced_before_its_next_table_write(store: LocalLeaseStore) -> None:
+    lease = DriverLease(store, ttl_seconds=30, renew_seconds=10)  # no renewal in the test
+    lease.acquire()
+    lease.fence()  # still ours: the write may go ahead
+    put(store, owner_record("another-host", 1, 1e12))
+
+    with pytest.raises(LeaseLostError, match="no longer held by this driver"):
+        lease.fence()
+    with pytest.raises(LeaseLostError):
+        lease.check()  # the main loop stops the driver too
+    lease.release()
+    assert "another-host" == (held(store) or {})["host"], "a deposed driver deletes nothing"
+
+
+class FailingWrites(LocalLeaseStore):
     """Storage that answers every write with a fast error (revoked credentials, 403)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.failing = False
+    failing = False
 
-    def write_text(self, uri: str, text: str) -> None:
+    def replace(self, text: str, version: str) -> str | None:
         if self.failing:
             raise PermissionError("403 Forbidden")
-        super().write_text(uri, text)
+        return super().replace(text, version)
 
 
-def test_a_failed_renewal_does_not_count_as_a_heartbeat() -> None:
-    files = FailingWrites()
-    lease = DriverLease(files, URI, ttl_seconds=1, renew_seconds=0.05)
+def test_a_failed_renewal_does_not_count_as_a_heartbeat(tmp_path: Path) -> None:
+    store = FailingWrites(f"file:{tmp_path}/_driver_lease.json")
+    lease = DriverLease(store, ttl_seconds=1, renew_seconds=0.05)
     lease.acquire()
     acquired_at = lease.record.heartbeat_at
-    files.failing = True
+    store.failing = True
     lease.start_renewing()
     threading.Event().wait(0.5)  # about ten failed renewals
     lease.release()
     assert acquired_at == lease.record.heartbeat_at
+    assert not lease.lost.is_set(), "an unreachable store is not a lost lease"

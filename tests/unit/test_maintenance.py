@@ -150,7 +150,7 @@ def test_writer_maintains_due_tables_after_a_batch_that_succeeded_only(
     spark: SparkSession,
 ) -> None:
     clock = Clock()
-    writer = QueryWriter("ingest_users")
+    writer = QueryWriter("ingest_users", fence=lambda: None)
     writer.maintenance = maintenance = RecordingMaintenance(clock)
 
     with writer.writing(0):

@@ -92,15 +92,20 @@ def test_started_query_is_up_with_zero_series(
     )
 
 
-def test_kafka_source_metrics_become_lag_gauges_per_topic(
-    registry: CollectorRegistry, listener: MetricsListener
+def test_polled_lag_becomes_gauges_per_topic_and_a_batch_end_does_not_overwrite_them(
+    registry: CollectorRegistry, metrics: IngestMetrics, listener: MetricsListener, clock: Clock
 ) -> None:
-    progress(listener, "kafka_lagging.json")
+    metrics.kafka_lag_polled("ingest_sensors", "sensors", [3, 0, 12])
+    progress(listener, "kafka_lagging.json")  # Spark's own figure (60) is a batch old
 
     labels = {**SENSORS, "topic": "sensors"}
-    for stat in ("min", "avg", "max"):
-        name = f"lakehouse_ingest_kafka_{stat}_offsets_behind_latest"
-        assert 60.0 == registry.get_sample_value(name, labels)
+    assert [0.0, 5.0, 12.0, 15.0] == [
+        registry.get_sample_value(f"lakehouse_ingest_kafka_{stat}offsets_behind_latest", labels)
+        for stat in ("min_", "avg_", "max_", "")
+    ]
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_kafka_lag_polled_timestamp_seconds", SENSORS
+    )
 
 
 def test_progress_counts_rows_and_times_the_batch_and_its_phases(

@@ -90,6 +90,7 @@ def exported_names() -> set[str]:
     query = IngestQuery("ingest_sensors", "sensors", "sensors")
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)
+    metrics.kafka_lag_polled(query.name, query.topic, [0])
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
     return {sample.name for family in registry.collect() for sample in family.samples}

@@ -10,16 +10,15 @@ from pyspark.sql import SparkSession
 
 from service.checkpoints import CheckpointState, read_checkpoint
 from service.config import Settings
+from service.lag import PartitionStatus
 from service.lakeview import LakeReader
 from service.object_files import ObjectFiles
 from service.sinks.delta import append_once, ensure_table
 from service.status import (
     LeaseStatus,
-    PartitionStatus,
     QueryStatus,
     Status,
     TableStatus,
-    partition_lag,
     table_status,
 )
 from service.tables import SENSOR_DUPLICATES_TABLE, USERS
@@ -100,20 +99,6 @@ def test_table_status_reads_version_commit_and_rows_from_the_delta_log(
     )
     assert status.last_commit_time is not None
     assert (False, None) == (missing.exists, missing.rows)
-
-
-def test_lag_is_latest_minus_committed_and_unread_partitions_lag_from_their_start() -> None:
-    lag = partition_lag({0: 9, 1: 4}, {0: (0, 12), 1: (0, 4), 2: (3, 10)})
-
-    assert [
-        PartitionStatus(0, 9, 12, 3),
-        PartitionStatus(1, 4, 4, 0),
-        PartitionStatus(2, None, 10, 7),
-    ] == lag
-
-
-def test_lag_is_unknown_without_the_broker() -> None:
-    assert [PartitionStatus(0, 9, None, None)] == partition_lag({0: 9}, None)
 
 
 def test_report_lists_queries_and_tables_as_text_and_json() -> None:

@@ -1,0 +1,101 @@
+"""The driver lease on MinIO: S3 conditional writes make taking it atomic and fence writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from service.config import Settings
+from service.errors import LeaseLostError
+from service.lease import DriverLease
+from service.lease_store import S3LeaseStore
+
+pytestmark = pytest.mark.integration
+
+DRIVER = """
+import sys, time
+from service.config import Settings
+from service.errors import LeaseHeldError
+from service.lease import DriverLease
+from service.lease_store import lease_store
+lease = DriverLease(lease_store(Settings(), sys.argv[1]), ttl_seconds=3, renew_seconds=0.2)
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+try:
+    lease.acquire(poll_seconds=0.05)
+except LeaseHeldError:
+    print("refused", flush=True)
+    sys.exit(3)
+lease.start_renewing()
+print(lease.record.owner, flush=True)
+time.sleep(float(sys.argv[3]))
+lease.release()
+"""
+
+
+@pytest.fixture
+def uri() -> str:
+    return f"s3a://lakehouse/lease-{uuid.uuid4().hex[:8]}/_checkpoints/_driver_lease.json"
+
+
+def test_conditional_writes_refuse_a_second_create_and_a_stale_replace(
+    s3_env: dict[str, str], uri: str
+) -> None:
+    store = S3LeaseStore(Settings.model_validate(s3_env), uri)
+
+    first = store.create("a")
+    assert first is not None
+    assert store.create("b") is None
+    second = store.replace("c", first)
+    assert second is not None
+    assert store.replace("d", first) is None  # someone wrote since `first` was read
+    assert ("c", second) == store.read()
+    store.delete(first)  # not ours any more: kept
+    assert store.read() is not None
+    store.delete(second)
+    assert store.read() is None
+
+
+def test_of_drivers_starting_at_the_same_instant_on_s3_exactly_one_wins(
+    s3_env: dict[str, str], uri: str
+) -> None:
+    at = time.time() + 3.0  # every process imported and waiting by then
+    drivers = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER, uri, str(at), "2"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **s3_env},
+        )
+        for _ in range(4)
+    ]
+    outcomes = [(d.communicate(timeout=120)[0].strip(), d.returncode) for d in drivers]
+
+    winners = [owner for owner, code in outcomes if code == 0]
+    assert 1 == len(winners), outcomes
+    assert 3 == sum(1 for outcome in outcomes if outcome == ("refused", 3)), outcomes
+
+
+def test_a_driver_deposed_on_s3_is_fenced_and_deletes_nothing(
+    s3_env: dict[str, str], uri: str
+) -> None:
+    store = S3LeaseStore(Settings.model_validate(s3_env), uri)
+    lease = DriverLease(store, ttl_seconds=30, renew_seconds=10)
+    lease.acquire()
+    lease.fence()
+    found = store.read()
+    assert found is not None
+    usurper = json.dumps(
+        {"owner": "other", "host": "h", "pid": 1, "started_at": 0.0, "heartbeat_at": 0.0}
+    )
+    assert store.replace(usurper, found[1]) is not None
+
+    with pytest.raises(LeaseLostError):
+        lease.fence()
+    lease.release()
+    assert usurper == (store.read() or ("", ""))[0]

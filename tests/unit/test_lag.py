@@ -1,0 +1,123 @@
+"""Fresh Kafka lag: per-partition arithmetic and the driver's poller over a real checkpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from service.config import Settings
+from service.lag import LaggedQuery, LagPoller, PartitionStatus, partition_lag
+from service.object_files import ObjectFiles
+
+
+class Lags:
+    """What the poller exported, per query."""
+
+    def __init__(self) -> None:
+        self.polled: dict[str, tuple[str, list[int]]] = {}
+
+    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
+        self.polled[query] = (topic, list(lags))
+
+
+def write_checkpoint(root: Path, committed: int, offsets: dict[str, dict[str, int]]) -> str:
+    """A checkpoint laid out as Spark writes it: metadata, offsets/N, commits/N."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": "q-1"}))
+    for batch in range(committed + 2):  # the last one is planned, not committed
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch}
+        moved = {t: {p: o + batch for p, o in parts.items()} for t, parts in offsets.items()}
+        (root / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(moved)}\n")
+        if batch <= committed:
+            (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    return f"file:{root}"
+
+
+def test_lag_is_latest_minus_committed_and_unread_partitions_lag_from_their_start() -> None:
+    lag = partition_lag({0: 9, 1: 4}, {0: (0, 12), 1: (0, 4), 2: (3, 10)})
+
+    assert [
+        PartitionStatus(0, 9, 12, 3),
+        PartitionStatus(1, 4, 4, 0),
+        PartitionStatus(2, None, 10, 7),
+    ] == lag
+
+
+def test_unread_partitions_do_not_lag_when_the_query_starts_from_latest() -> None:
+    assert [PartitionStatus(0, None, 10, 0)] == partition_lag({}, {0: (3, 10)}, False)
+
+
+def test_lag_is_unknown_without_the_broker() -> None:
+    assert [PartitionStatus(0, 9, None, None)] == partition_lag({0: 9}, None)
+
+
+def test_poller_measures_from_the_last_committed_batch_not_the_planned_one(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "cp", 3, {"sensors": {"0": 100, "1": 40}})
+    lags = Lags()
+    broker = {"sensors": {0: (0, 150), 1: (0, 43)}}
+    poller = LagPoller(
+        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        lambda topics: {t: broker[t] for t in topics},
+        ObjectFiles(Settings()),
+        lags,
+        from_earliest=True,
+    )
+
+    assert poller.poll()
+    # committed batch 3 ends at 103 / 43; batch 4 is only planned
+    assert {"ingest_sensors": ("sensors", [47, 0])} == lags.polled
+
+
+@pytest.mark.parametrize(
+    ("broker", "problem"),
+    [
+        ({"_error": "Kafka unreachable: timed out"}, "Kafka unreachable"),
+        ({"sensors": {}}, "no offsets from the brokers for sensors"),
+    ],
+)
+def test_a_failed_poll_exports_nothing_and_logs_once_until_it_recovers(
+    tmp_path: Path, broker: Mapping[str, Any], problem: str
+) -> None:
+    checkpoint = write_checkpoint(tmp_path / "cp", 0, {"sensors": {"0": 5}})
+    answers = [broker, broker, {"sensors": {0: (0, 9)}}]
+    lags = Lags()
+    poller = LagPoller(
+        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        lambda _topics: answers.pop(0),
+        ObjectFiles(Settings()),
+        lags,
+        from_earliest=True,
+    )
+
+    with capture_logs() as logs:
+        assert (False, False, True) == (poller.poll(), poller.poll(), poller.poll())
+
+    assert ["kafka_lag_poll_failed", "kafka_lag_poll_recovered"] == [e["event"] for e in logs]
+    assert problem in logs[0]["problems"][0]
+    assert {"ingest_sensors": ("sensors", [4])} == lags.polled
+
+
+def test_an_unreadable_checkpoint_is_measured_from_the_offsets_last_read(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "cp", 0, {"sensors": {"0": 5}})
+    lags = Lags()
+    poller = LagPoller(
+        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        lambda _topics: {"sensors": {0: (0, 9)}},
+        ObjectFiles(Settings()),
+        lags,
+        from_earliest=True,
+    )
+    assert poller.poll()
+    (tmp_path / "cp" / "offsets" / "0").write_text("v1\n{not json")  # storage returns garbage
+
+    with capture_logs() as logs:
+        assert not poller.poll()
+
+    assert {"ingest_sensors": ("sensors", [4])} == lags.polled
+    assert "ingest_sensors: checkpoint unreadable" in logs[0]["problems"][0]
