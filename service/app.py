@@ -21,7 +21,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service.config import Settings
 from service.errors import QueryFailedError
 from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query
-from service.http import readiness_verdict, serve_http
+from service.http import liveness_verdict, readiness_verdict, serve_http
 from service.ingest import (
     BatchOutcome,
     BatchWriter,
@@ -90,9 +90,19 @@ def run(settings: Settings, available_now: bool = False) -> int:
     def readiness() -> tuple[bool, str]:
         return _readiness(running, metrics, lease, settings)
 
+    def liveness() -> tuple[bool, str]:
+        alive, reason = liveness_verdict(
+            {q.spec.name: metrics.seconds_since_progress(q.spec.name) for q in running},
+            {q.spec.name: metrics.records_waiting(q.spec.name) for q in running},
+            settings.wedged_seconds,
+        )
+        if not alive:
+            log.error("driver_wedged", reason=reason)
+        return alive, reason
+
     metrics.watch_storage(lambda: lease.record.heartbeat_at)
     metrics.watch_readiness(readiness)
-    server = serve_http(settings.http_port, registry, readiness)
+    server = serve_http(settings.http_port, registry, readiness, liveness)
     consumer = offsets_consumer(settings)
     lag = LagPoller(
         [

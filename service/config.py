@@ -208,6 +208,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
     lease_renew_seconds: float = Field(default=5.0, gt=0)
+    # /healthz fails (liveness: restart) when a query with data waiting has finished
+    # no batch for this long.
+    wedged_seconds: float = Field(default=900.0, gt=0)
     # How often the driver polls the brokers' end offsets for the Kafka lag gauges.
     lag_poll_seconds: float = Field(default=15.0, gt=0, le=300)
 

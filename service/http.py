@@ -1,4 +1,4 @@
-"""The operations HTTP endpoint: /metrics, /healthz (process alive), /readyz (queries healthy)."""
+"""The operations HTTP endpoint: /metrics, /healthz (not wedged), /readyz (queries healthy)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse
 
-Readiness = Callable[[], tuple[bool, str]]
+Probe = Callable[[], tuple[bool, str]]
 
 
 def readiness_verdict(
@@ -54,7 +54,34 @@ def readiness_verdict(
     return True, "ok"
 
 
-def serve_http(port: int, registry: CollectorRegistry, readiness: Readiness) -> WSGIServer:
+def liveness_verdict(
+    progress_age: Mapping[str, float | None],
+    records_waiting: Mapping[str, int | None],
+    max_wedged_age: float,
+) -> tuple[bool, str]:
+    """Alive unless a query has data waiting and finished no batch for ``max_wedged_age``.
+
+    A healthy query reports progress after each batch and an idle event every few
+    seconds when there is nothing to read, so a long silence means a batch that does
+    not end. ``records_waiting`` is a query's polled Kafka lag (None: unknown, as for
+    the gold queries, whose silence alone counts). A restart (the probe failing)
+    resumes from the checkpoint.
+    """
+    wedged = sorted(
+        f"{name} ({age:.0f}s, {waiting if waiting is not None else 'unknown'} records waiting)"
+        for name, age in progress_age.items()
+        if age is not None and age > max_wedged_age and (waiting := records_waiting.get(name)) != 0
+    )
+    if wedged:
+        return False, f"wedged: no batch finished for over {max_wedged_age:.0f}s: " + ", ".join(
+            wedged
+        )
+    return True, "ok"
+
+
+def serve_http(
+    port: int, registry: CollectorRegistry, readiness: Probe, liveness: Probe
+) -> WSGIServer:
     """Serve the endpoints on ``port`` (0 = any free port) in a daemon thread.
 
     ``/metrics`` is prometheus_client's own exposition (OpenMetrics negotiation,
@@ -67,11 +94,9 @@ def serve_http(port: int, registry: CollectorRegistry, readiness: Readiness) -> 
         if path == "/metrics":
             exposition: Iterable[bytes] = metrics_app(environ, start_response)
             return exposition
-        if path == "/healthz":
-            status, body = "200 OK", "ok"
-        elif path == "/readyz":
-            ready, body = readiness()
-            status = "200 OK" if ready else "503 Service Unavailable"
+        if path in ("/healthz", "/readyz"):
+            healthy, body = liveness() if path == "/healthz" else readiness()
+            status = "200 OK" if healthy else "503 Service Unavailable"
         else:
             status, body = "404 Not Found", "not found"
         start_response(status, [("Content-Type", "text/plain; charset=utf-8")])

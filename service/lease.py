@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import structlog
 
 from service.errors import LeaseHeldError, LeaseLostError
-from service.lease_store import LeaseStore
+from service.lease_store import STORE_ERRORS, LeaseStore
 
 log = structlog.get_logger(__name__)
 
@@ -161,6 +161,7 @@ class DriverLease:
         self._thread.start()
 
     def _renew_loop(self) -> None:
+        failing_since: float | None = None  # an outage is logged when it starts and ends
         while not self._stop.wait(self._renew):
             try:
                 if not self._write(self._version):
@@ -172,24 +173,46 @@ class DriverLease:
                     )
                     self.lost.set()
                     return
+                if failing_since is not None:
+                    log.info(
+                        "lease_renewed_again",
+                        uri=self._uri,
+                        failed_for_seconds=round(self._clock() - failing_since, 1),
+                    )
+                    failing_since = None
             except Exception:
-                log.exception("lease_renew_failed", uri=self._uri)
+                if failing_since is None:
+                    log.exception("lease_renew_failed", uri=self._uri)
+                    failing_since = self._clock()
 
     def check(self) -> None:
         """Raise `LeaseLostError` if another driver has taken the lease."""
         if self.lost.is_set():
             raise LeaseLostError(f"lease {self._uri} was taken over by another driver")
 
-    def fence(self) -> None:
+    def fence(self, retry_seconds: float = 5.0) -> None:
         """Before a table write: raise `LeaseLostError` unless the lease is still ours.
 
-        One read of the lease object. Storage errors propagate (the write would fail
-        on the same storage anyway).
+        One read of the lease object. If the storage does not answer, the write may go
+        ahead while our last renewal is younger than the TTL (no other driver can
+        have taken the lease over yet: it waits that long for silence); after that,
+        it waits for the storage to answer, as the write itself would, and checks.
         """
         self.check()
-        with self._writing:
-            current = self._store.read()
-            held = current is not None and current[1] == self._version
+        unverifiable_logged = False
+        while True:
+            try:
+                with self._writing:
+                    current = self._store.read()
+                    held = current is not None and current[1] == self._version
+                break
+            except STORE_ERRORS as e:
+                if self._clock() - self.record.heartbeat_at < self._ttl:
+                    return
+                if not unverifiable_logged:
+                    log.warning("lease_unverifiable", uri=self._uri, error=str(e))
+                    unverifiable_logged = True
+                time.sleep(retry_seconds)
         if not held:
             self.lost.set()
             raise LeaseLostError(
@@ -203,5 +226,9 @@ class DriverLease:
         if self._thread is not None:
             self._thread.join(timeout=self._renew + 5)
         if self._version is not None and not self.lost.is_set():
-            self._store.delete(self._version)
+            try:
+                self._store.delete(self._version)
+            except STORE_ERRORS as e:  # left behind: the next start takes it over
+                log.warning("lease_release_failed", uri=self._uri, error=str(e))
+                return
             log.info("lease_released", uri=self._uri)

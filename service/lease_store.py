@@ -24,10 +24,12 @@ from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from service.config import Settings
 
+# What a store raises when the storage does not answer or refuses (not a lost race).
+STORE_ERRORS = (OSError, BotoCoreError, ClientError)
 # S3's answers to a conditional write that lost: 412, or 409 for a concurrent one.
 _CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict"}
 

@@ -130,6 +130,7 @@ class IngestMetrics:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_event: dict[str, float] = {}
+        self._records_waiting: dict[str, int] = {}
         self.maintenance = MaintenanceMetrics(clock)
         registry.register(self.maintenance)
         ProcessCollector(namespace=PREFIX, registry=registry)
@@ -376,6 +377,11 @@ class IngestMetrics:
         latest = source.latestOffset
         return latest not in (None, "None", "null") and latest == source.endOffset
 
+    def records_waiting(self, query: str) -> int | None:
+        """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
+        with self._lock:
+            return self._records_waiting.get(query)
+
     def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
         """Record a query's polled per-partition lag (`service.lag.LagPoller`)."""
         for stat, value in (
@@ -385,6 +391,8 @@ class IngestMetrics:
         ):
             self.kafka_lag[stat].labels(query, topic).set(value)
         self.kafka_lag_total.labels(query, topic).set(sum(lags))
+        with self._lock:
+            self._records_waiting[query] = sum(lags)
         self.kafka_lag_polled_at.labels(query).set(self._clock())
 
     def batch_written(

@@ -128,6 +128,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         INGEST_KAFKA_SASL_USERNAME="ingest",
         INGEST_KAFKA_SASL_PASSWORD=SASL_SECRET,
         INGEST_LAG_POLL_SECONDS="2",
+        INGEST_WEDGED_SECONDS="40",
     )
     base = f"http://127.0.0.1:{http_port}"
     prometheus = Prometheus(lake.work_dir, f"127.0.0.1:{http_port}")
@@ -196,6 +197,9 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
             60,
             "Prometheus sees fresh, growing Kafka lag while no batch completes",
         )
+        # Records waiting and no batch finishing: liveness fails, so Kubernetes restarts it.
+        _eventually(lambda: _http_status(f"{base}/healthz") == 503, 90, "/healthz 503")
+        assert "wedged: no batch finished for over 40s: " in _http_body(f"{base}/healthz")
     finally:
         if feeder is not None:
             feeder.kill()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from service.errors import LeaseHeldError, LeaseLostError
 from service.lease import DriverLease
@@ -185,8 +186,70 @@ def test_a_failed_renewal_does_not_count_as_a_heartbeat(tmp_path: Path) -> None:
     lease.acquire()
     acquired_at = lease.record.heartbeat_at
     store.failing = True
-    lease.start_renewing()
-    threading.Event().wait(0.5)  # about ten failed renewals
-    lease.release()
-    assert acquired_at == lease.record.heartbeat_at
+    with capture_logs() as logs:
+        lease.start_renewing()
+        threading.Event().wait(0.5)  # about ten failed renewals
+        assert acquired_at == lease.record.heartbeat_at
+        store.failing = False
+        threading.Event().wait(0.2)
+        lease.release()
     assert not lease.lost.is_set(), "an unreachable store is not a lost lease"
+    events = [e["event"] for e in logs]
+    assert 1 == events.count("lease_renew_failed"), "an outage is logged once, not per renewal"
+    assert 1 == events.count("lease_renewed_again")
+
+
+class Unreachable(LocalLeaseStore):
+    """Storage that stops answering (an outage) while `down` is set."""
+
+    down = False
+
+    def read(self) -> tuple[str, str] | None:
+        if self.down:
+            raise ConnectionError("could not connect to the endpoint")
+        return super().read()
+
+    def delete(self, version: str) -> None:
+        if self.down:
+            raise ConnectionError("could not connect to the endpoint")
+        super().delete(version)
+
+
+def test_an_unreachable_store_lets_writes_through_only_while_the_lease_cannot_have_expired(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    store = Unreachable(f"file:{tmp_path}/_driver_lease.json")
+    lease = DriverLease(store, ttl_seconds=30, renew_seconds=5, clock=lambda: now[0])
+    lease.acquire()
+    store.down = True
+    now[0] += 29
+    lease.fence()  # renewed 29 s ago: nobody may have taken it over yet
+
+    now[0] += 2  # now it might have been: wait for the storage, then check
+    put(store, owner_record("another-host", 1, 1e12))
+    verdict: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            lease.fence(retry_seconds=0.01)
+        except LeaseLostError as e:
+            verdict.append(e)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive(), "the write waits while the lease cannot be checked"
+    store.down = False
+    writer.join(5)
+    assert 1 == len(verdict)
+
+
+def test_a_release_the_storage_refuses_leaves_the_lease_without_raising(tmp_path: Path) -> None:
+    store = Unreachable(f"file:{tmp_path}/_driver_lease.json")
+    lease = DriverLease(store, ttl_seconds=30, renew_seconds=5)
+    lease.acquire()
+    store.down = True
+    lease.release()
+    store.down = False
+    assert lease.record.owner == (held(store) or {})["owner"]

@@ -1,4 +1,4 @@
-"""Readiness verdicts and the operations HTTP endpoint."""
+"""Readiness and liveness verdicts and the operations HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from service.http import readiness_verdict, serve_http
+from service.http import liveness_verdict, readiness_verdict, serve_http
 
 BOTH = {"ingest_users": True, "ingest_sensors": True}
 
@@ -58,18 +58,51 @@ def test_no_queries_is_not_ready() -> None:
     assert not verdict(active={})[0]
 
 
+def test_a_query_with_records_waiting_and_no_batch_for_too_long_is_wedged() -> None:
+    alive, reason = liveness_verdict(
+        {"ingest_users": 50.0, "ingest_sensors": 901.0, "gold_sensor_stats": 30.0},
+        {"ingest_users": 7, "ingest_sensors": 1200},
+        max_wedged_age=900.0,
+    )
+    assert not alive
+    assert "wedged: no batch finished for over 900s: ingest_sensors (901s, 1200 records" in reason
+
+
+@pytest.mark.parametrize(
+    ("ages", "waiting"),
+    [
+        ({"ingest_sensors": 901.0}, {"ingest_sensors": 0}),  # nothing to read: not wedged
+        ({"ingest_sensors": None}, {"ingest_sensors": 10}),  # not started yet
+        ({"ingest_sensors": 899.0}, {"ingest_sensors": 10}),  # a long batch, not yet wedged
+    ],
+)
+def test_idle_starting_or_merely_slow_queries_are_alive(
+    ages: dict[str, float | None], waiting: dict[str, int | None]
+) -> None:
+    assert (True, "ok") == liveness_verdict(ages, waiting, max_wedged_age=900.0)
+
+
+def test_a_silent_query_whose_backlog_is_unknown_counts_as_wedged() -> None:
+    alive, reason = liveness_verdict({"gold_sensor_stats": 1000.0}, {}, max_wedged_age=900.0)
+    assert not alive
+    assert "gold_sensor_stats (1000s, unknown records waiting)" in reason
+
+
 @pytest.fixture
 def endpoint() -> Iterator[tuple[str, dict[str, object]]]:
     registry = CollectorRegistry()
     Counter("lakehouse_ingest_demo_total", "A demo counter.", registry=registry).inc(3)
-    state: dict[str, object] = {"ready": (False, "starting: 0 of 2 queries started")}
+    state: dict[str, object] = {
+        "ready": (False, "starting: 0 of 2 queries started"),
+        "alive": (True, "ok"),
+    }
 
-    def readiness() -> tuple[bool, str]:
-        verdict = state["ready"]
+    def probe(name: str) -> tuple[bool, str]:
+        verdict = state[name]
         assert isinstance(verdict, tuple)
         return bool(verdict[0]), str(verdict[1])
 
-    server = serve_http(0, registry, readiness)
+    server = serve_http(0, registry, lambda: probe("ready"), lambda: probe("alive"))
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", state
     finally:
@@ -96,4 +129,6 @@ def test_endpoint_serves_metrics_health_and_readiness(
     assert (503, "starting: 0 of 2 queries started\n") == get(f"{base}/readyz")
     state["ready"] = (True, "ok")
     assert (200, "ok\n") == get(f"{base}/readyz")
+    state["alive"] = (False, "wedged: ingest_sensors")
+    assert (503, "wedged: ingest_sensors\n") == get(f"{base}/healthz")
     assert 404 == get(f"{base}/nope")[0]
