@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from service.errors import (
+    CheckpointCorruptError,
     CheckpointMismatchError,
     ConfigError,
     IngestError,
@@ -211,7 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid_configuration", error=str(e))
         return EXIT_CONFIG
-    except (CheckpointMismatchError, LeaseHeldError, TableLayoutError) as e:
+    except (
+        CheckpointCorruptError,
+        CheckpointMismatchError,
+        LeaseHeldError,
+        TableLayoutError,
+    ) as e:
         log.error("refusing_to_start", error_class=type(e).__name__, error=str(e))
         return EXIT_REFUSED
     except IngestError as e:

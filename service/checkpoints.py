@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from service.errors import CheckpointMismatchError
+from service.errors import CheckpointCorruptError, CheckpointMismatchError
 
 APP_ID_PREFIX = "lakehouse-ingest"
 
@@ -53,17 +53,23 @@ def read_checkpoint(files: CheckpointFiles, uri: str) -> CheckpointState:
     """Read the checkpoint at ``uri``: Spark's ``metadata``, ``commits/`` and ``offsets/`` logs.
 
     An offsets file is ``v1``, the batch metadata, then one JSON line per source
-    (Kafka's: ``{topic: {partition: next offset}}``).
+    (Kafka's: ``{topic: {partition: next offset}}``); a commit file is ``v1`` and
+    one JSON line. A file Spark would need to restart from (``metadata``, the last
+    commit, the offsets of the last committed and of a planned batch) that is
+    missing, truncated or does not parse raises `CheckpointCorruptError` naming it.
     """
     metadata = files.read_text(f"{uri}/metadata")
-    query_id = json.loads(metadata)["id"] if metadata else None
+    query_id = _query_id(f"{uri}/metadata", metadata) if metadata is not None else None
     commits = sorted(int(n) for n in files.list_names(f"{uri}/commits") if n.isdigit())
     planned = sorted(int(n) for n in files.list_names(f"{uri}/offsets") if n.isdigit())
+    if planned and (not commits or planned[-1] > commits[-1]):
+        _log_entry(files, f"{uri}/offsets/{planned[-1]}")
     if not commits:
         return CheckpointState(uri, query_id, planned_batch=planned[-1] if planned else None)
     last = commits[-1]
-    lines = (files.read_text(f"{uri}/offsets/{last}") or "").splitlines()
-    batch_meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    _log_entry(files, f"{uri}/commits/{last}")
+    lines = _log_entry(files, f"{uri}/offsets/{last}")
+    batch_meta = json.loads(lines[1])
     stamp = batch_meta.get("batchTimestampMs")
     return CheckpointState(
         uri,
@@ -73,6 +79,38 @@ def read_checkpoint(files: CheckpointFiles, uri: str) -> CheckpointState:
         batch_timestamp_ms=int(stamp) if isinstance(stamp, int | float) else None,
         kafka_offsets=_kafka_offsets(lines[2:]),
     )
+
+
+def _corrupt(file: str, what: str) -> CheckpointCorruptError:
+    return CheckpointCorruptError(
+        f"checkpoint file {file} is {what}. Refusing to start: Spark would fail on it or "
+        "lose its place in Kafka. See docs/runbooks/CheckpointCorrupt.md."
+    )
+
+
+def _query_id(file: str, text: str) -> str:
+    try:
+        return str(json.loads(text)["id"])
+    except (ValueError, KeyError, TypeError):
+        raise _corrupt(file, "truncated or corrupt (no JSON object with the query id)") from None
+
+
+def _log_entry(files: CheckpointFiles, file: str) -> list[str]:
+    """The lines of a ``v1`` log entry: the version, then JSON lines (``-``: no offset)."""
+    text = files.read_text(file)
+    if text is None:
+        raise _corrupt(file, "missing")
+    lines = text.splitlines()
+    if len(lines) < 2 or lines[0] != "v1":
+        raise _corrupt(file, "truncated or corrupt (not a v1 log entry)")
+    for line in lines[1:]:
+        if line.strip() in ("", "-"):
+            continue
+        try:
+            json.loads(line)
+        except ValueError:
+            raise _corrupt(file, "truncated or corrupt (a line is not JSON)") from None
+    return lines
 
 
 def _kafka_offsets(source_lines: list[str]) -> dict[str, dict[int, int]]:

@@ -13,6 +13,10 @@ class CheckpointMismatchError(IngestError):
     """A checkpoint and the tables it protects disagree; continuing would lose or duplicate."""
 
 
+class CheckpointCorruptError(IngestError, ValueError):
+    """A checkpoint file is truncated or unparseable; starting would fail or lose the place."""
+
+
 class TableLayoutError(IngestError):
     """A table was written with an earlier layout; `lakehouse-ingest migrate` upgrades it."""
 

@@ -80,7 +80,9 @@ def test_restart_refuses_a_checkpoint_whose_table_was_deleted_or_replaced(
     assert "was deleted or replaced after the checkpoint was written" in log
 
 
-def test_a_new_checkpoint_over_existing_tables_is_refused(spark: SparkSession, lake: Lake) -> None:
+def test_a_new_or_a_corrupt_checkpoint_over_existing_tables_is_refused(
+    spark: SparkSession, lake: Lake, minio_server: MinioServer
+) -> None:
     lake.generate("--users", "50", "--readings", "500", "--seed", "2")
     run_to_completion(lake, "first")
     other_checkpoints = f"{lake.storage_root}/_other_checkpoints"
@@ -94,6 +96,22 @@ def test_a_new_checkpoint_over_existing_tables_is_refused(spark: SparkSession, l
     assert "already holds batches written under another checkpoint" in restart.log_text()
     landed, rows = table_coordinates(spark, lake.table("bronze/sensors"))
     assert len(landed) == rows == 500
+
+    # The original checkpoint's last commit file truncated (a torn copy, a bad restore).
+    s3 = minio_server.s3_client()
+    bucket, _, root = lake.storage_root.removeprefix("s3a://").partition("/")
+    commits = f"{root}/_checkpoints/ingest_sensors/commits/"
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix=commits)["Contents"]
+    batches = [int(n) for o in listing if (n := o["Key"].removeprefix(commits)).isdigit()]
+    last = f"{commits}{max(batches)}"
+    s3.put_object(Bucket=bucket, Key=last, Body=b"v1\n")
+    corrupt = lake.service("corrupt-checkpoint", "run", "--available-now").start()
+    try:
+        assert corrupt.wait(timeout=180) == EXIT_REFUSED, corrupt.log_text()[-4000:]
+    finally:
+        corrupt.cleanup()
+    assert f"checkpoint file s3a://{bucket}/{last} is truncated or corrupt" in corrupt.log_text()
+    assert "docs/runbooks/CheckpointCorrupt.md" in corrupt.log_text()
 
 
 def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_keeps_running(

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from service.checkpoints import CheckpointState, app_id, verify_checkpoint_matches_tables
-from service.errors import CheckpointMismatchError
+from service.checkpoints import (
+    CheckpointState,
+    app_id,
+    read_checkpoint,
+    verify_checkpoint_matches_tables,
+)
+from service.errors import CheckpointCorruptError, CheckpointMismatchError
 
 QUERY = "ingest_sensors"
 TABLE = "s3a://lake/bronze/sensors"
@@ -80,3 +85,71 @@ def test_a_side_table_of_another_checkpoint_is_refused_under_a_new_one() -> None
             {TABLE: {}, SIDE_TABLE: {app_id(QUERY, "q-0"): 3}},
             TABLE,
         )
+
+
+class DictFiles:
+    """A checkpoint's files as a dict (read_checkpoint parses; the I/O is elsewhere)."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def read_text(self, uri: str) -> str | None:
+        return self.files.get(uri)
+
+    def list_names(self, uri: str) -> list[str]:
+        return [k.removeprefix(f"{uri}/") for k in self.files if k.startswith(f"{uri}/")]
+
+
+def spark_checkpoint() -> dict[str, str]:
+    """Batches 0-1 committed, batch 2 planned: the files as Spark 4.0 writes them."""
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    return {
+        "cp/metadata": '{"id":"q-1"}',
+        "cp/offsets/0": f'v1\n{meta}\n{{"sensors":{{"0":5,"1":7}}}}',
+        "cp/offsets/1": f'v1\n{meta}\n{{"sensors":{{"0":9,"1":7}}}}',
+        "cp/offsets/2": f'v1\n{meta}\n{{"sensors":{{"0":12,"1":8}}}}',
+        "cp/commits/0": 'v1\n{"nextBatchWatermarkMs":0}',
+        "cp/commits/1": 'v1\n{"nextBatchWatermarkMs":0}',
+    }
+
+
+def test_a_sound_checkpoint_reads_its_last_committed_offsets() -> None:
+    state = read_checkpoint(DictFiles(spark_checkpoint()), "cp")
+    assert ("q-1", 1, 2, {"sensors": {0: 9, 1: 7}}) == (
+        state.query_id,
+        state.last_committed_batch,
+        state.planned_batch,
+        state.kafka_offsets,
+    )
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "what"),
+    [
+        ("cp/metadata", '{"id":"q-', "no JSON object with the query id"),
+        ("cp/commits/1", "v1\n", "not a v1 log entry"),
+        ("cp/commits/1", "", "not a v1 log entry"),
+        ("cp/offsets/1", 'v1\n{"batchWatermarkMs":0}\n{"sensors":{"0":9', "a line is not JSON"),
+        ("cp/offsets/2", "\x00\x00\x00", "not a v1 log entry"),  # the planned batch
+        ("cp/offsets/1", None, "missing"),
+    ],
+)
+def test_a_truncated_or_corrupt_file_spark_restarts_from_is_refused_by_name(
+    file: str, text: str | None, what: str
+) -> None:
+    files = spark_checkpoint()
+    if text is None:
+        del files[file]
+    else:
+        files[file] = text
+
+    with pytest.raises(CheckpointCorruptError, match=what) as refused:
+        read_checkpoint(DictFiles(files), "cp")
+    assert f"checkpoint file {file} is" in str(refused.value)
+    assert "docs/runbooks/CheckpointCorrupt.md" in str(refused.value)
+
+
+def test_an_old_offsets_file_spark_no_longer_reads_is_not_checked() -> None:
+    files = spark_checkpoint()
+    files["cp/offsets/0"] = "garbage"
+    assert 1 == read_checkpoint(DictFiles(files), "cp").last_committed_batch
