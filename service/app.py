@@ -6,6 +6,7 @@ Exit codes (see ``service.__main__``): 0 after a clean stop (SIGTERM/SIGINT, or
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
+from service.driver_view import DriverView, QueryNow
 from service.errors import QueryFailedError
 from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query
 from service.http import liveness_verdict, readiness_verdict, serve_http
@@ -100,9 +102,12 @@ def run(settings: Settings, available_now: bool = False) -> int:
             log.error("driver_wedged", reason=reason)
         return alive, reason
 
+    def status() -> str:
+        return _driver_view(running, metrics, readiness(), liveness(), lease).to_json()
+
     metrics.watch_storage(lambda: lease.record.heartbeat_at)
     metrics.watch_readiness(readiness)
-    server = serve_http(settings.http_port, registry, readiness, liveness)
+    server = serve_http(settings.http_port, registry, readiness, liveness, status)
     consumer = offsets_consumer(settings)
     lag = LagPoller(
         [
@@ -222,6 +227,39 @@ def _readiness(
         max_progress_age=max(_MIN_PROGRESS_AGE_SECONDS, 10 * settings.trigger_interval_seconds),
         storage_age=time.time() - lease.record.heartbeat_at,
         max_storage_age=settings.lease_ttl_seconds,
+    )
+
+
+def _driver_view(
+    running: list[RunningQuery],
+    metrics: IngestMetrics,
+    readiness: tuple[bool, str],
+    liveness: tuple[bool, str],
+    lease: DriverLease,
+) -> DriverView:
+    queries = []
+    for query in list(running):
+        name = query.spec.name
+        batch_id, seconds = query.writer.in_flight()
+        queries.append(
+            QueryNow(
+                query=name,
+                active=bool(query.handle.isActive),
+                batch_in_flight=batch_id,
+                in_flight_seconds=round(seconds, 1) if seconds is not None else None,
+                last_batch_id=query.writer.last_batch_id,
+                seconds_since_progress=metrics.seconds_since_progress(name),
+                records_waiting=metrics.records_waiting(name),
+            )
+        )
+    return DriverView(
+        pid=os.getpid(),
+        ready=readiness[0],
+        ready_reason=readiness[1],
+        alive=liveness[0],
+        alive_reason=liveness[1],
+        lease_heartbeat_age_seconds=round(time.time() - lease.record.heartbeat_at, 1),
+        queries=queries,
     )
 
 

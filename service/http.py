@@ -80,12 +80,17 @@ def liveness_verdict(
 
 
 def serve_http(
-    port: int, registry: CollectorRegistry, readiness: Probe, liveness: Probe
+    port: int,
+    registry: CollectorRegistry,
+    readiness: Probe,
+    liveness: Probe,
+    status: Callable[[], str],
 ) -> WSGIServer:
     """Serve the endpoints on ``port`` (0 = any free port) in a daemon thread.
 
     ``/metrics`` is prometheus_client's own exposition (OpenMetrics negotiation,
-    gzip, ``name[]`` filters); every other path but the probes is a 404.
+    gzip, ``name[]`` filters); ``/status`` is ``status()``'s JSON; every other path
+    but the probes is a 404.
     """
     metrics_app = make_wsgi_app(registry)
 
@@ -94,12 +99,15 @@ def serve_http(
         if path == "/metrics":
             exposition: Iterable[bytes] = metrics_app(environ, start_response)
             return exposition
+        if path == "/status":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [status().encode()]
         if path in ("/healthz", "/readyz"):
             healthy, body = liveness() if path == "/healthz" else readiness()
-            status = "200 OK" if healthy else "503 Service Unavailable"
+            code = "200 OK" if healthy else "503 Service Unavailable"
         else:
-            status, body = "404 Not Found", "not found"
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            code, body = "404 Not Found", "not found"
+        start_response(code, [("Content-Type", "text/plain; charset=utf-8")])
         return [(body + "\n").encode()]
 
     server = make_server(

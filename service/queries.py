@@ -77,6 +77,7 @@ class QueryWriter:
         self._app_id: str | None = None
         self._bound = threading.Event()
         self._in_flight: int | None = None
+        self._in_flight_since = 0.0
         self.last_batch_id: int | None = None
         self.maintenance = maintenance
 
@@ -106,7 +107,7 @@ class QueryWriter:
         in the query's thread, before the next batch: never beside the tables' writer.
         It is still part of the batch in flight, so a graceful stop waits for it.
         """
-        self._in_flight = batch_id
+        self._in_flight, self._in_flight_since = batch_id, time.monotonic()
         try:
             yield
             self.last_batch_id = batch_id
@@ -114,6 +115,11 @@ class QueryWriter:
                 self.maintenance.run_due(SparkSession.active())
         finally:
             self._in_flight = None
+
+    def in_flight(self) -> tuple[int | None, float | None]:
+        """The batch being written and for how many seconds (None, None between batches)."""
+        batch_id, since = self._in_flight, self._in_flight_since
+        return (batch_id, time.monotonic() - since) if batch_id is not None else (None, None)
 
     def finish_in_flight(self, timeout: float) -> int | None:
         """Wait (up to ``timeout``) for the batch being written to end; return its id."""

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from service.checkpoints import CheckpointFiles, CheckpointState, read_checkpoint
 from service.config import Settings
+from service.driver_view import DriverView, QueryNow, fetch_driver_view
 from service.gold import gold_queries
 from service.ingest import ingest_queries
 from service.lag import PartitionStatus, broker_offsets, offsets_consumer, partition_lag
@@ -83,6 +84,8 @@ class Status:
     lease: LeaseStatus
     queries: list[QueryStatus]
     tables: list[TableStatus]
+    driver: DriverView | None = None
+    driver_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,10 +102,21 @@ class Status:
             f"storage     {self.storage_root}",
             f"checkpoints {self.checkpoint_root}",
             f"driver      {_lease_text(self.lease)}",
+            f"now         {_driver_text(self.driver, self.driver_error)}",
             "",
         ]
+        now = {q.query: q for q in self.driver.queries} if self.driver else {}
         lines += _columns(
-            ("QUERY", "TOPIC", "LAST BATCH", "BATCH STARTED (UTC)", "COMMITTED", "LATEST", "LAG"),
+            (
+                "QUERY",
+                "TOPIC",
+                "LAST BATCH",
+                "BATCH STARTED (UTC)",
+                "COMMITTED",
+                "LATEST",
+                "LAG",
+                "NOW",
+            ),
             [
                 (
                     q.query,
@@ -113,6 +127,7 @@ class Status:
                     _text(_total(p.committed for p in q.partitions)),
                     _text(_total(p.latest for p in q.partitions)),
                     _text(q.lag),
+                    _now_text(now.get(q.query)),
                 )
                 for q in self.queries
             ],
@@ -138,7 +153,8 @@ class Status:
 
 
 def collect_status(settings: Settings) -> Status:
-    """Read checkpoints, broker offsets, the lease and the tables of ``settings``."""
+    """Ask the driver what it is doing; read checkpoints, offsets, the lease and tables."""
+    driver, driver_error = fetch_driver_view(settings.http_port)
     files = ObjectFiles(settings)
     modified = files.modified
     queries = ingest_queries(settings)
@@ -175,6 +191,8 @@ def collect_status(settings: Settings) -> Status:
         lease=_lease_status(files, lease_location(settings.checkpoint_uri)),
         queries=query_status,
         tables=[table_status(LakeReader.from_settings(settings), t) for t in tables],
+        driver=driver,
+        driver_error=driver_error,
     )
 
 
@@ -262,6 +280,24 @@ def _guarded(read: Callable[[], T], errors: list[str], default: T) -> T:
     except (OSError, ValueError, KeyError) as e:
         errors.append(f"checkpoint unreadable: {_first_line(e)}")
         return default
+
+
+def _driver_text(view: DriverView | None, error: str | None) -> str:
+    if view is None:
+        return error or "-"
+    ready = "ready" if view.ready else f"NOT READY ({view.ready_reason})"
+    alive = "" if view.alive else f"; NOT ALIVE ({view.alive_reason})"
+    return f"pid {view.pid} answering: {ready}{alive}"
+
+
+def _now_text(query: QueryNow | None) -> str:
+    if query is None:
+        return "-"
+    if not query.active:
+        return "stopped"
+    if query.batch_in_flight is not None:
+        return f"writing batch {query.batch_in_flight} for {query.in_flight_seconds:.0f}s"
+    return "waiting for the next trigger"
 
 
 def _lease_text(lease: LeaseStatus) -> str:

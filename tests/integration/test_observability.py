@@ -148,6 +148,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
             60,
             "Prometheus sees no Kafka lag once every produced record is in",
         )
+        _assert_status_asks_the_running_driver(lake, http_port, service.pid)
         assert 200 == _http_status(f"{base}/healthz")
         time.sleep(3)  # a few more scrapes, so rates have two samples after the batches
 
@@ -352,6 +353,8 @@ def _assert_status_reports_checkpoint_lag_and_tables(lake: Lake) -> None:
     )
     assert 0 == result.returncode, result.stderr[-3000:] + result.stdout[-2000:]
     status = json.loads(result.stdout)
+    assert status["driver"] is None, "the driver was killed"
+    assert "no driver answering at http://127.0.0.1:" in status["driver_error"]
     assert QUERIES <= {q["query"] for q in status["queries"]}
     assert status["lease"]["held"], "a killed driver leaves its lease behind"
     tables = {t["table"]: t for t in status["tables"]}
@@ -373,6 +376,26 @@ def _assert_status_reports_checkpoint_lag_and_tables(lake: Lake) -> None:
         assert committed <= bronze["rows"] <= sum(ends.values())
         assert bronze["version"] >= query["last_committed_batch"] + 1
     assert tables["silver/quarantine"]["rows"] > 0
+
+
+def _assert_status_asks_the_running_driver(lake: Lake, http_port: int, pid: int) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "status", "--json"],
+        cwd=REPO,
+        env={**_base_env(), **lake.env(INGEST_HTTP_PORT=str(http_port))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert 0 == result.returncode, result.stderr[-3000:] + result.stdout[-2000:]
+    driver = json.loads(result.stdout)["driver"]
+    assert pid == driver["pid"]
+    assert driver["alive"]
+    assert driver["ready"], driver["ready_reason"]
+    now = {q["query"]: q for q in driver["queries"]}
+    assert QUERIES <= set(now)
+    assert all(now[q]["active"] and now[q]["records_waiting"] == 0 for q in QUERIES), now
 
 
 def _end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:

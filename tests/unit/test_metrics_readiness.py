@@ -9,8 +9,18 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from service.driver_view import DriverView, QueryNow, fetch_driver_view
 from service.http import liveness_verdict, readiness_verdict, serve_http
 
+VIEW = DriverView(
+    pid=4242,
+    ready=True,
+    ready_reason="ok",
+    alive=True,
+    alive_reason="ok",
+    lease_heartbeat_age_seconds=1.5,
+    queries=[QueryNow("ingest_sensors", True, 41, 3.2, 40, 0.4, 1200)],
+)
 BOTH = {"ingest_users": True, "ingest_sensors": True}
 
 
@@ -102,7 +112,9 @@ def endpoint() -> Iterator[tuple[str, dict[str, object]]]:
         assert isinstance(verdict, tuple)
         return bool(verdict[0]), str(verdict[1])
 
-    server = serve_http(0, registry, lambda: probe("ready"), lambda: probe("alive"))
+    server = serve_http(
+        0, registry, lambda: probe("ready"), lambda: probe("alive"), lambda: VIEW.to_json()
+    )
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", state
     finally:
@@ -129,6 +141,14 @@ def test_endpoint_serves_metrics_health_and_readiness(
     assert (503, "starting: 0 of 2 queries started\n") == get(f"{base}/readyz")
     state["ready"] = (True, "ok")
     assert (200, "ok\n") == get(f"{base}/readyz")
+    assert (VIEW, None) == fetch_driver_view(int(base.rsplit(":", 1)[1]))
     state["alive"] = (False, "wedged: ingest_sensors")
     assert (503, "wedged: ingest_sensors\n") == get(f"{base}/healthz")
     assert 404 == get(f"{base}/nope")[0]
+
+
+def test_status_names_a_driver_that_does_not_answer() -> None:
+    view, reason = fetch_driver_view(1)  # nothing listens on port 1
+    assert view is None
+    assert reason is not None
+    assert "no driver answering at http://127.0.0.1:1/status" in reason

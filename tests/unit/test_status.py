@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from service.checkpoints import CheckpointState, read_checkpoint
 from service.config import Settings
+from service.driver_view import DriverView, QueryNow
 from service.lag import PartitionStatus
 from service.lakeview import LakeReader
 from service.object_files import ObjectFiles
@@ -133,10 +134,48 @@ def test_report_lists_queries_and_tables_as_text_and_json() -> None:
     assert status.ok
     assert "no driver holds the lease" in text
     [query_row] = [line for line in text.splitlines() if line.startswith("ingest_sensors")]
-    assert ["ingest_sensors", "sensors", "41", "2024-05-01T11:59:50+00:00", "9", "12", "3"] == (
-        query_row.split()
-    )
+    assert [
+        "ingest_sensors",
+        "sensors",
+        "41",
+        "2024-05-01T11:59:50+00:00",
+        "9",
+        "12",
+        "3",
+        "-",
+    ] == query_row.split()
     [table_row] = [line for line in text.splitlines() if line.startswith("bronze/sensors")]
     assert ["bronze/sensors", "42", "9", "t", "WRITE"] == table_row.split()
     assert "(no table)" in text
     assert 3 == json.loads(status.to_json())["queries"][0]["lag"]
+
+
+def test_report_adds_what_the_running_driver_is_doing_now() -> None:
+    status = Status(
+        storage_root="s3a://lake",
+        checkpoint_root="s3a://lake/_checkpoints",
+        generated_at="2024-05-01T12:00:00+00:00",
+        lease=LeaseStatus(held=True, host="h", pid=4242, heartbeat_age_seconds=1.0),
+        queries=[
+            QueryStatus(
+                "ingest_sensors", "sensors", CHECKPOINT, "3f1c", 41, None, None, None, 3, [], []
+            )
+        ],
+        tables=[],
+        driver=DriverView(
+            pid=4242,
+            ready=False,
+            ready_reason="no progress for over 120s: ingest_sensors (130s)",
+            alive=True,
+            alive_reason="ok",
+            lease_heartbeat_age_seconds=1.0,
+            queries=[QueryNow("ingest_sensors", True, 42, 130.4, 41, 130.0, 5000)],
+        ),
+    )
+
+    text = status.to_text()
+
+    assert "now         pid 4242 answering: NOT READY (no progress for over 120s" in text
+    [query_row] = [line for line in text.splitlines() if line.startswith("ingest_sensors")]
+    assert query_row.endswith("writing batch 42 for 130s")
+    assert 42 == json.loads(status.to_json())["driver"]["queries"][0]["batch_in_flight"]
