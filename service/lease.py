@@ -71,7 +71,6 @@ class DriverLease:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._uri = store.uri
         self._ttl = ttl_seconds
         self._renew = renew_seconds
         self._clock = clock
@@ -92,7 +91,7 @@ class DriverLease:
         try:
             return LeaseRecord(**json.loads(text)), version
         except (ValueError, TypeError):
-            log.warning("lease_unreadable", uri=self._uri)
+            log.warning("lease_unreadable", uri=self._store.uri)
             return None, version
 
     def _write(self, expected: str | None) -> bool:
@@ -125,7 +124,7 @@ class DriverLease:
         who = f"{other.host} pid {other.pid}" if other else "another driver"
         age = f", renewed {self._clock() - other.heartbeat_at:.1f}s ago" if other else ""
         return LeaseHeldError(
-            f"another driver is running on this storage root: {who}, lease {self._uri}"
+            f"another driver is running on this storage root: {who}, lease {self._store.uri}"
             f"{age}. Only one driver may write a lakehouse; stop the other one first."
         )
 
@@ -147,13 +146,13 @@ class DriverLease:
             if seen is not None:
                 log.warning(
                     "lease_taken_over",
-                    uri=self._uri,
+                    uri=self._store.uri,
                     previous_owner=asdict(other) if other is not None else None,
                 )
         if not self._write(seen[1] if seen is not None else None):
             current = self._read()
             raise self._held_error(current[0] if current is not None else None)
-        log.info("lease_acquired", uri=self._uri, owner=self.record.owner)
+        log.info("lease_acquired", uri=self._store.uri, owner=self.record.owner)
 
     def start_renewing(self) -> None:
         """Renew the lease in a daemon thread; set `lost` if another driver took it."""
@@ -168,7 +167,7 @@ class DriverLease:
                     current = self._read()
                     log.error(
                         "lease_lost",
-                        uri=self._uri,
+                        uri=self._store.uri,
                         new_owner=asdict(current[0]) if current and current[0] else None,
                     )
                     self.lost.set()
@@ -176,19 +175,19 @@ class DriverLease:
                 if failing_since is not None:
                     log.info(
                         "lease_renewed_again",
-                        uri=self._uri,
+                        uri=self._store.uri,
                         failed_for_seconds=round(self._clock() - failing_since, 1),
                     )
                     failing_since = None
             except Exception:
                 if failing_since is None:
-                    log.exception("lease_renew_failed", uri=self._uri)
+                    log.exception("lease_renew_failed", uri=self._store.uri)
                     failing_since = self._clock()
 
     def check(self) -> None:
         """Raise `LeaseLostError` if another driver has taken the lease."""
         if self.lost.is_set():
-            raise LeaseLostError(f"lease {self._uri} was taken over by another driver")
+            raise LeaseLostError(f"lease {self._store.uri} was taken over by another driver")
 
     def fence(self, retry_seconds: float = 5.0) -> None:
         """Before a table write: raise `LeaseLostError` unless the lease is still ours.
@@ -210,13 +209,13 @@ class DriverLease:
                 if self._clock() - self.record.heartbeat_at < self._ttl:
                     return
                 if not unverifiable_logged:
-                    log.warning("lease_unverifiable", uri=self._uri, error=str(e))
+                    log.warning("lease_unverifiable", uri=self._store.uri, error=str(e))
                     unverifiable_logged = True
                 time.sleep(retry_seconds)
         if not held:
             self.lost.set()
             raise LeaseLostError(
-                f"lease {self._uri} is no longer held by this driver: a table write "
+                f"lease {self._store.uri} is no longer held by this driver: a table write "
                 "was refused so that a second driver's tables stay consistent"
             )
 
@@ -229,6 +228,6 @@ class DriverLease:
             try:
                 self._store.delete(self._version)
             except STORE_ERRORS as e:  # left behind: the next start takes it over
-                log.warning("lease_release_failed", uri=self._uri, error=str(e))
+                log.warning("lease_release_failed", uri=self._store.uri, error=str(e))
                 return
-            log.info("lease_released", uri=self._uri)
+            log.info("lease_released", uri=self._store.uri)

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 
 import pytest
@@ -15,27 +11,9 @@ from service.config import Settings
 from service.errors import LeaseLostError
 from service.lease import DriverLease
 from service.lease_store import S3LeaseStore
+from tests.lease_race import race
 
 pytestmark = pytest.mark.integration
-
-DRIVER = """
-import sys, time
-from service.config import Settings
-from service.errors import LeaseHeldError
-from service.lease import DriverLease
-from service.lease_store import lease_store
-lease = DriverLease(lease_store(Settings(), sys.argv[1]), ttl_seconds=3, renew_seconds=0.2)
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
-try:
-    lease.acquire(poll_seconds=0.05)
-except LeaseHeldError:
-    print("refused", flush=True)
-    sys.exit(3)
-lease.start_renewing()
-print(lease.record.owner, flush=True)
-time.sleep(float(sys.argv[3]))
-lease.release()
-"""
 
 
 @pytest.fixture
@@ -64,17 +42,7 @@ def test_conditional_writes_refuse_a_second_create_and_a_stale_replace(
 def test_of_drivers_starting_at_the_same_instant_on_s3_exactly_one_wins(
     s3_env: dict[str, str], uri: str
 ) -> None:
-    at = time.time() + 3.0  # every process imported and waiting by then
-    drivers = [
-        subprocess.Popen(
-            [sys.executable, "-c", DRIVER, uri, str(at), "2"],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **s3_env},
-        )
-        for _ in range(4)
-    ]
-    outcomes = [(d.communicate(timeout=120)[0].strip(), d.returncode) for d in drivers]
+    outcomes = race(uri, drivers=4, start_in=3.0, hold=2.0, env=s3_env)
 
     winners = [owner for owner, code in outcomes if code == 0]
     assert 1 == len(winners), outcomes

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from structlog.testing import capture_logs
 from service.errors import LeaseHeldError, LeaseLostError
 from service.lease import DriverLease
 from service.lease_store import LocalLeaseStore
+from tests.lease_race import race
 
 
 @pytest.fixture
@@ -106,42 +106,14 @@ def test_a_live_owner_that_keeps_renewing_makes_the_start_fail(store: LocalLease
         renewer.join()
 
 
-DRIVER = """
-import sys, time
-from service.errors import LeaseHeldError
-from service.lease import DriverLease
-from service.lease_store import LocalLeaseStore
-lease = DriverLease(LocalLeaseStore(sys.argv[1]), ttl_seconds=3, renew_seconds=0.2)
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
-try:
-    lease.acquire(poll_seconds=0.05)
-except LeaseHeldError:
-    print("refused", flush=True)
-    sys.exit(3)
-lease.start_renewing()
-print(lease.record.owner, flush=True)
-time.sleep(float(sys.argv[3]))
-lease.release()
-"""
-
-
 def test_of_drivers_starting_at_the_same_instant_exactly_one_wins(
     store: LocalLeaseStore,
 ) -> None:
     for _ in range(3):
-        at = time.time() + 1.5  # every process imported and waiting by then
-        drivers = [
-            subprocess.Popen(
-                [sys.executable, "-c", DRIVER, store.uri, str(at), "1.5"],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        outcomes = [(d.communicate(timeout=60)[0].strip(), d.returncode) for d in drivers]
+        outcomes = race(store.uri, drivers=4, start_in=1.5, hold=1.5, env={})
         winners = [owner for owner, code in outcomes if code == 0]
         assert 1 == len(winners), outcomes
-        assert 3 == sum(1 for owner, code in outcomes if (owner, code) == ("refused", 3))
+        assert 3 == sum(1 for outcome in outcomes if outcome == ("refused", 3)), outcomes
         assert held(store) is None, "the winner released its lease"
 
 
