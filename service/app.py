@@ -120,10 +120,17 @@ def run(settings: Settings, available_now: bool = False) -> int:
         from_earliest=settings.kafka_starting_offsets == "earliest",
     )
     try:
-        interval = 0.0 if available_now else settings.trigger_interval_seconds
+        gold_names = {g.name for g in _gold(settings)}
         specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
         for spec in specs:
-            metrics.query_declared(spec.name, [t.name for t in spec.tables], interval)
+            interval = (
+                settings.gold_trigger_seconds
+                if spec.name in gold_names
+                else settings.trigger_interval_seconds
+            )
+            metrics.query_declared(
+                spec.name, [t.name for t in spec.tables], 0.0 if available_now else interval
+            )
             prepare_tables(spark, settings, spec.name, spec.tables)
         if settings.gold_enabled:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
@@ -224,7 +231,10 @@ def _readiness(
     return readiness_verdict(
         active={q.spec.name: bool(q.handle.isActive) for q in running},
         progress_age={q.spec.name: metrics.seconds_since_progress(q.spec.name) for q in running},
-        max_progress_age=max(_MIN_PROGRESS_AGE_SECONDS, 10 * settings.trigger_interval_seconds),
+        max_progress_age=max(
+            _MIN_PROGRESS_AGE_SECONDS,
+            10 * max(settings.trigger_interval_seconds, settings.gold_trigger_seconds),
+        ),
         storage_age=time.time() - lease.record.heartbeat_at,
         max_storage_age=settings.lease_ttl_seconds,
     )

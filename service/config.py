@@ -137,6 +137,8 @@ class Settings(BaseSettings):
     kafka_ssl_ca_location: str | None = None
     kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
+    # Read tasks per batch (Spark's minPartitions); None: three per core Spark has.
+    kafka_min_partitions: int | None = Field(default=None, gt=0)
 
     # Storage
     storage_root: str = "./var/lakehouse"
@@ -173,6 +175,9 @@ class Settings(BaseSettings):
 
     # Gold
     gold_enabled: bool = True
+    # None: three ingest triggers. Gold's windowed rows wait for the watermark anyway;
+    # each gold trigger costs every gold query a batch (plan, state stores, commits).
+    gold_trigger_interval_seconds: float | None = Field(default=None, ge=0)
     watermark: str = Field(default="10 minutes", pattern=_INTERVAL)
     stats_window: str = Field(default="1 minute", pattern=_INTERVAL)
     heart_rate_window: str = Field(default="5 minutes", pattern=_INTERVAL)
@@ -263,6 +268,13 @@ class Settings(BaseSettings):
         if yaml_file:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
+
+    @property
+    def gold_trigger_seconds(self) -> float:
+        """The gold queries' trigger interval (default: three ingest triggers)."""
+        if self.gold_trigger_interval_seconds is not None:
+            return self.gold_trigger_interval_seconds
+        return 3 * self.trigger_interval_seconds
 
     @property
     def kafka(self) -> KafkaConnection:

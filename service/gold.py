@@ -172,4 +172,13 @@ def start_gold_query(
     )
     stream = query.build(readings, settings).writeStream.outputMode("append")
     source = SENSOR_READINGS.name
-    return start_with_writer(spark, stream, settings, writer, available_now, "gold", source=source)
+    return start_with_writer(
+        spark,
+        stream,
+        settings,
+        writer,
+        available_now,
+        "gold",
+        settings.gold_trigger_seconds,
+        source=source,
+    )

@@ -4,7 +4,9 @@ Kafka is read once per topic by an *ingest query*. Validation is part of the
 streaming query itself (`IngestQuery.validate`): its plan is built and analysed
 once at start, not per micro-batch. The ``foreachBatch`` writer caches the
 validated rows, which carry both the bronze columns and the parsed payload, and
-from those same rows writes bronze, quarantines, dedups and writes silver.
+from those same rows writes bronze, quarantines, dedups and writes silver: the
+independent tables at once (`service.queries.run_together`), since most of a
+small Delta append is the driver's fixed cost, not the rows.
 Every table write carries Delta's ``txnAppId``/``txnVersion`` = (query app id,
 batch id). If the driver dies anywhere inside a batch, the restart replays the
 same offsets under the same batch id: tables that already hold that batch skip
@@ -16,7 +18,8 @@ when the batch has rows for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -29,7 +32,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service.config import Settings
 from service.maintenance import TableMaintenance
 from service.profile import BatchProfile
-from service.queries import QueryWriter, start_with_writer
+from service.queries import QueryWriter, run_together, start_with_writer
 from service.schemas import BRONZE, INGESTED_AT
 from service.sinks.delta import append_once
 from service.sinks.users import merge_users_once
@@ -44,7 +47,7 @@ from service.tables import (
     Table,
 )
 from service.transforms.bronze import to_records
-from service.transforms.dedup import mark_duplicates, split_marked
+from service.transforms.dedup import find_duplicates, without_duplicates
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid, to_quarantine
@@ -111,6 +114,9 @@ class BatchWriter(QueryWriter):
         self.query = query
         self.settings = settings
         self.on_batch = on_batch
+        # A batch writes at most three tables at once, one of them from this thread,
+        # and the silver writes nest inside one of those.
+        self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
@@ -124,7 +130,7 @@ class BatchWriter(QueryWriter):
                 with profile.phase("read_validate"):
                     summary = _summarize(parsed)
                 write = _write_users if self.query.kind == "users" else _write_sensors
-                written = Written(app_id, batch_id, stamp, profile, self.fence)
+                written = Written(app_id, batch_id, stamp, profile, self.fence, self._workers)
                 outcome = write(parsed, summary, self.settings, written)
             finally:
                 parsed.unpersist()
@@ -189,6 +195,11 @@ class Written:
     stamp: Column
     profile: BatchProfile
     fence: Callable[[], None]
+    workers: ThreadPoolExecutor
+
+    def together(self, writes: Sequence[Callable[[], None]]) -> None:
+        """Run independent ``writes`` of this batch at once (`service.queries.run_together`)."""
+        run_together(SparkSession.active(), self.workers, writes)
 
     def append(self, rows: DataFrame, table: Table, settings: Settings) -> None:
         """Append ``rows`` to ``table`` exactly once for this batch (a profile phase)."""
@@ -197,36 +208,25 @@ class Written:
             append_once(rows, table.uri(settings.storage_uri), self.app_id, self.batch_id)
 
 
-def _write_common(
-    parsed: DataFrame,
-    summary: BatchSummary,
-    bronze_table: Table,
-    settings: Settings,
-    written: Written,
-) -> DataFrame:
-    """Append bronze (every batch) and quarantine (when rows were rejected); return valid rows.
-
-    Bronze is the query's anchor table: it commits every batch, so its txn version
-    proves which batches the tables hold (`service.checkpoints`). The other tables
-    commit only when they receive rows: an empty commit would cost a Delta
-    transaction and prove nothing more.
-    """
-    written.append(parsed.select(*BRONZE.fieldNames()), bronze_table, settings)
-    valid, invalid = split_valid_invalid(parsed)
-    if summary.quarantined:
-        written.append(to_quarantine(invalid, written.stamp), QUARANTINE_TABLE, settings)
-    return valid
-
-
 def _write_users(
     parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
 ) -> BatchOutcome:
-    valid = _write_common(parsed, summary, BRONZE_USERS, settings, written)
-    if summary.valid:
-        users = USERS.uri(settings.storage_uri)
+    valid, invalid = split_valid_invalid(parsed)
+
+    def merge_users() -> None:
         with written.profile.phase(USERS.name):
             written.fence()
-            merge_users_once(latest_user_changes(valid), users, written.app_id, written.batch_id)
+            merge_users_once(
+                latest_user_changes(valid),
+                USERS.uri(settings.storage_uri),
+                written.app_id,
+                written.batch_id,
+            )
+
+    writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_USERS, settings, written)
+    if summary.valid:
+        writes.append(merge_users)
+    written.together(writes)
     return BatchOutcome(
         rows_in=summary.rows_in,
         quarantined=summary.quarantined,
@@ -241,23 +241,32 @@ def _write_users(
 def _write_sensors(
     parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
 ) -> BatchOutcome:
-    valid = _write_common(parsed, summary, BRONZE_SENSORS, settings, written)
+    valid, invalid = split_valid_invalid(parsed)
     duplicate_rows = 0
-    if summary.valid:
-        recent = _recent_readings(valid.sparkSession, summary, settings)
+
+    def dedup_and_write_silver() -> None:
+        nonlocal duplicate_rows
         readings = to_sensor_readings(valid)
-        # Cached: the silver lookup and its shuffles run once for both outputs.
-        marked = mark_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
+        recent = _recent_readings(valid.sparkSession, summary, settings)
+        # Cached: the silver lookup runs once, for the count, the write and the filter.
+        duplicates = find_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
-            fresh, duplicates = split_marked(marked)
             with written.profile.phase("dedup"):
                 duplicate_rows = duplicates.count()
+            writes = []
             if duplicate_rows:
-                written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings)
+                writes.append(lambda: written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings))
             if summary.valid > duplicate_rows:
-                written.append(fresh, SENSOR_READINGS, settings)
+                fresh = without_duplicates(readings, duplicates) if duplicate_rows else readings
+                writes.append(lambda: written.append(fresh, SENSOR_READINGS, settings))
+            written.together(writes)
         finally:
-            marked.unpersist()
+            duplicates.unpersist()
+
+    writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_SENSORS, settings, written)
+    if summary.valid:
+        writes.append(dedup_and_write_silver)
+    written.together(writes)
     return BatchOutcome(
         rows_in=summary.rows_in,
         quarantined=summary.quarantined,
@@ -269,6 +278,29 @@ def _write_sensors(
             SENSOR_DUPLICATES_TABLE.name: duplicate_rows,
         },
     )
+
+
+def _bronze_and_quarantine(
+    parsed: DataFrame,
+    invalid: DataFrame,
+    summary: BatchSummary,
+    bronze_table: Table,
+    settings: Settings,
+    written: Written,
+) -> list[Callable[[], None]]:
+    """The writes of bronze (every batch) and quarantine (when rows were rejected).
+
+    Bronze is the query's anchor table: it commits every batch, so its txn version
+    proves which batches the tables hold (`service.checkpoints`). The other tables
+    commit only when they receive rows: an empty commit would cost a Delta
+    transaction and prove nothing more.
+    """
+    bronze = parsed.select(*BRONZE.fieldNames())
+    writes = [lambda: written.append(bronze, bronze_table, settings)]
+    if summary.quarantined:
+        quarantine = to_quarantine(invalid, written.stamp)
+        writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE, settings))
+    return writes
 
 
 def _recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:
@@ -292,5 +324,12 @@ def start_ingest_query(
     records = to_records(read_topic(spark, settings, query.topic))
     stream = query.validate(records, settings).writeStream
     return start_with_writer(
-        spark, stream, settings, writer, available_now, "ingest", topic=query.topic
+        spark,
+        stream,
+        settings,
+        writer,
+        available_now,
+        "ingest",
+        settings.trigger_interval_seconds,
+        topic=query.topic,
     )

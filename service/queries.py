@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -20,6 +21,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
+from pyspark.util import inheritable_thread_target
 
 from service import checkpoints
 from service.config import Settings
@@ -132,6 +134,29 @@ class QueryWriter:
         return batch_id
 
 
+def run_together(
+    spark: SparkSession, workers: ThreadPoolExecutor, writes: Sequence[Callable[[], None]]
+) -> None:
+    """Run a batch's independent table ``writes`` at once; return when every one has ended.
+
+    The first runs in this thread, the others on ``workers``, each with this thread's
+    Spark local properties (the query's job group and scheduler pool: stopping the
+    query cancels their jobs too). Most of a small Delta append is the driver's
+    fixed cost (log state, commit), so appends to different tables overlap well.
+    The first failure is raised once all have ended: none is left running.
+    """
+    inherit = inheritable_thread_target(spark)
+    futures = [workers.submit(inherit(write)) for write in writes[1:]]
+    try:
+        if writes:
+            writes[0]()
+    finally:
+        # Wait for the others even when the first failed: its error propagates after.
+        errors = [e for e in (future.exception() for future in futures) if e is not None]
+    if errors:
+        raise errors[0]
+
+
 def prepare_tables(
     spark: SparkSession, settings: Settings, query_name: str, tables: Sequence[Table]
 ) -> None:
@@ -169,9 +194,10 @@ def start_with_writer(
     writer: QueryWriter,
     available_now: bool,
     pool: str,
+    interval_seconds: float,
     **context: str,
 ) -> StreamingQuery:
-    """Start ``stream`` as the query ``writer`` writes, with the deployment's trigger.
+    """Start ``stream`` as the query ``writer`` writes, every ``interval_seconds``.
 
     Its jobs run in the FAIR scheduler ``pool`` (`service.spark.SCHEDULER_POOLS`).
     """
@@ -183,7 +209,7 @@ def start_with_writer(
     if available_now:
         stream = stream.trigger(availableNow=True)
     else:
-        stream = stream.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
+        stream = stream.trigger(processingTime=f"{interval_seconds} seconds")
     # The query's thread inherits the pool: its jobs share the cores with the other
     # pool's instead of queueing behind them.
     spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, pool)

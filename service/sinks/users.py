@@ -20,6 +20,7 @@ from service.schemas import INGESTED_AT, LINEAGE, RESCUED, USER_PROFILE
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 _PROFILE = (*USER_PROFILE.fieldNames(), RESCUED.name)
 _LINEAGE = (*(c.name for c in LINEAGE), INGESTED_AT.name)
@@ -73,11 +74,17 @@ def merge_users_once(
     own session (inside ``foreachBatch``, the query's) and unset afterwards,
     because Delta 4.0 does not reset it by default and any later write from the
     session would carry it.
+
+    Delta would first copy a source that is not a Delta scan, so that its two passes
+    (find the touched files, rewrite them) see the same rows. Ours is a deterministic
+    aggregate of the batch's cached rows, read again from the same Kafka offsets if a
+    cached block is lost: the copy (one more job per batch) is skipped.
     """
     session = latest_changes.sparkSession
     target = DeltaTable.forPath(session, uri)
     session.conf.set(_TXN_APP_ID, txn_app_id)
     session.conf.set(_TXN_VERSION, str(txn_version))
+    session.conf.set(_MATERIALIZE_SOURCE, "none")
     try:
         (
             target.alias("t")
@@ -89,3 +96,4 @@ def merge_users_once(
     finally:
         session.conf.unset(_TXN_APP_ID)
         session.conf.unset(_TXN_VERSION)
+        session.conf.unset(_MATERIALIZE_SOURCE)

@@ -153,3 +153,12 @@ def test_unsafe_maintenance_settings_fail_naming_the_variable(
 def test_a_vacuum_retention_below_deltas_check_is_refused_not_forced() -> None:
     with pytest.raises(ConfigError, match="at least 168"):
         load_settings(vacuum_retention_hours=24)
+
+
+def test_gold_triggers_every_three_ingest_triggers_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INGEST_TRIGGER_INTERVAL_SECONDS", "4")
+    assert 12.0 == load_settings().gold_trigger_seconds
+    monkeypatch.setenv("INGEST_GOLD_TRIGGER_INTERVAL_SECONDS", "5")
+    assert 5.0 == load_settings().gold_trigger_seconds

@@ -1,4 +1,4 @@
-"""mark_duplicates / split_marked: repeats within the horizon dropped, replays never."""
+"""find_duplicates / without_duplicates: repeats within the horizon dropped, replays never."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from service.schemas import SILVER_SENSOR_READINGS
-from service.transforms.dedup import mark_duplicates, split_marked
+from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
+from service.transforms.dedup import find_duplicates, without_duplicates
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
@@ -51,7 +51,8 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
             ("new", 2, 12, T0),
         ],
     )
-    fresh, duplicates = split_marked(mark_duplicates(batch, silver, HORIZON))
+    duplicates = find_duplicates(batch, silver, HORIZON)
+    fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
     assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
         (r.event_id, r.kafka_partition, r.kafka_offset, r.original_kafka_partition,
@@ -59,3 +60,16 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
         for r in duplicates.collect()
     )  # fmt: skip
     assert SILVER_SENSOR_READINGS.fieldNames() == fresh.columns
+    assert [(f.name, f.dataType) for f in SENSOR_DUPLICATES.fields] == [
+        (f.name, f.dataType) for f in duplicates.schema.fields
+    ]
+
+
+def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
+    silver = readings(spark, [("a", 0, 1, T0)])
+    batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
+    duplicates = find_duplicates(batch, silver, HORIZON)
+    assert 0 == duplicates.count()
+    assert ["a", "b", "c"] == sorted(
+        r.event_id for r in without_duplicates(batch, duplicates).collect()
+    )
