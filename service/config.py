@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     kafka_ssl_ca_location: str | None = None
     kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
-    # Read tasks per batch (Spark's minPartitions); None: three per core Spark has.
-    kafka_min_partitions: int | None = Field(default=None, gt=0)
+    # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
+    kafka_max_records_per_task: int = Field(default=50_000, gt=0)
 
     # Storage
     storage_root: str = "./var/lakehouse"
