@@ -258,6 +258,7 @@ def _write_sensors(
                 writes.append(lambda: written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings))
             if summary.valid > duplicate_rows:
                 fresh = without_duplicates(readings, duplicates) if duplicate_rows else readings
+                fresh = _per_commit_files(fresh, settings)
                 writes.append(lambda: written.append(fresh, SENSOR_READINGS, settings))
             written.together(writes)
         finally:
@@ -295,12 +296,23 @@ def _bronze_and_quarantine(
     commit only when they receive rows: an empty commit would cost a Delta
     transaction and prove nothing more.
     """
-    bronze = parsed.select(*BRONZE.fieldNames())
+    bronze = _per_commit_files(parsed.select(*BRONZE.fieldNames()), settings)
     writes = [lambda: written.append(bronze, bronze_table, settings)]
     if summary.quarantined:
         quarantine = to_quarantine(invalid, written.stamp)
         writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE, settings))
     return writes
+
+
+def _per_commit_files(rows: DataFrame, settings: Settings) -> DataFrame:
+    """``rows`` in at most ``spark_shuffle_partitions`` partitions: files per commit.
+
+    A batch's rows keep the partitioning of its Kafka read (split into more tasks
+    than cores when large); merging partitions (no shuffle) bounds the files one
+    commit adds to a table (and a streaming reader's files per version) by the
+    shuffle partitions, as when every silver write followed a shuffle.
+    """
+    return rows.coalesce(settings.spark_shuffle_partitions)
 
 
 def _recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:

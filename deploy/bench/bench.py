@@ -531,7 +531,7 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
         )
         phases["drained"] = time.time() if drained == "until" else None
         # Let gold run a trigger or two over the last silver commit.
-        service.watch(args.sample_seconds, _never, 2 * trigger, probe.sample)
+        service.watch(args.sample_seconds, _never, 2 * settings.gold_trigger_seconds, probe.sample)
         phases["stop_requested"] = time.time()
         service.proc.send_signal(signal.SIGTERM)
         service.watch(args.sample_seconds, _never, _STOP_TIMEOUT_SECONDS, _nothing)
