@@ -8,6 +8,7 @@ once, at start, with a `ConfigError` naming the offending variable.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -90,11 +91,17 @@ class KafkaConnection:
         """The Java client properties as options of Spark's Kafka source and sink."""
         return {f"kafka.{k}": v for k, v in self.java_client_properties().items()}
 
-    def librdkafka_config(self) -> dict[str, str | int | float | bool]:
-        """confluent-kafka (librdkafka) configuration."""
-        config: dict[str, str | int | float | bool] = {
+    def librdkafka_config(self) -> dict[str, Any]:
+        """confluent-kafka (librdkafka) configuration.
+
+        librdkafka's own log lines (e.g. a client destroyed with events unserved) go
+        through the ``librdkafka`` stdlib logger, so they are JSON like every other
+        line, instead of raw text on stderr.
+        """
+        config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "security.protocol": self.security_protocol,
+            "logger": logging.getLogger("librdkafka"),
         }
         if self.sasl_mechanism and self.sasl_password is not None:
             config["sasl.mechanism"] = self.sasl_mechanism
