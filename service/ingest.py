@@ -205,7 +205,8 @@ class Written:
         """Append ``rows`` to ``table`` exactly once for this batch (a profile phase)."""
         with self.profile.phase(table.name):
             self.fence()
-            append_once(rows, table.uri(settings.storage_uri), self.app_id, self.batch_id)
+            files = _per_commit_files(rows, settings)
+            append_once(files, table.uri(settings.storage_uri), self.app_id, self.batch_id)
 
 
 def _write_users(
@@ -258,7 +259,6 @@ def _write_sensors(
                 writes.append(lambda: written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings))
             if summary.valid > duplicate_rows:
                 fresh = without_duplicates(readings, duplicates) if duplicate_rows else readings
-                fresh = _per_commit_files(fresh, settings)
                 writes.append(lambda: written.append(fresh, SENSOR_READINGS, settings))
             written.together(writes)
         finally:
@@ -296,7 +296,7 @@ def _bronze_and_quarantine(
     commit only when they receive rows: an empty commit would cost a Delta
     transaction and prove nothing more.
     """
-    bronze = _per_commit_files(parsed.select(*BRONZE.fieldNames()), settings)
+    bronze = parsed.select(*BRONZE.fieldNames())
     writes = [lambda: written.append(bronze, bronze_table, settings)]
     if summary.quarantined:
         quarantine = to_quarantine(invalid, written.stamp)
