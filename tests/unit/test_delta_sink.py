@@ -1,11 +1,15 @@
-"""Delta sink: idempotent appends by (txnAppId, txnVersion), and compaction by the writer."""
+"""Delta sink: idempotent appends by (txn app id, version), and compaction by the writer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
 
 from service.sinks.delta import append_once, ensure_table, table_transactions
 from service.tables import SENSOR_DUPLICATES_TABLE
@@ -39,3 +43,75 @@ def test_a_replayed_batch_is_skipped_and_small_files_are_compacted_after_the_wri
     assert {"app": min_files - 1} == table_transactions(spark, uri)
     assert "OPTIMIZE" in operations
     assert active_files(spark, uri) < min_files
+
+
+def _jobs_of(spark: SparkSession, group: str, write: Callable[[], None]) -> int:
+    """How many Spark jobs ``write`` started."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        write()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    return len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def _rows(spark: SparkSession, batch: int) -> DataFrame:
+    schema = SENSOR_DUPLICATES_TABLE.schema
+    assert schema is not None
+    rows = [
+        (f"e{batch}-{i}", "sensors", i, batch * 10 + i, None, None, None, None) for i in range(3)
+    ]
+    return spark.createDataFrame(rows, schema).coalesce(1)
+
+
+def test_an_append_reads_the_txn_from_the_checksum_and_records_it_as_delta_does(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = f"file:{tmp_path / 'duplicates'}"
+    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    append_once(_rows(spark, 0), uri, "app", 0)
+
+    # One job writes the files; none reconstructs the table state to find the txn.
+    assert 1 == _jobs_of(spark, "append-1", lambda: append_once(_rows(spark, 1), uri, "app", 1))
+    assert 0 == _jobs_of(spark, "replay-1", lambda: append_once(_rows(spark, 1), uri, "app", 1))
+    last = DeltaTable.forPath(spark, uri).history(1).collect()[0]
+
+    assert 6 == spark.read.format("delta").load(uri).count()
+    assert {"app": 1} == table_transactions(spark, uri)
+    assert ("WRITE", True) == (last["operation"], last["isBlindAppend"])
+    assert "Append" == last["operationParameters"]["mode"]
+
+
+def test_without_a_checksum_listing_the_txn_delta_reads_it_and_a_replay_is_still_skipped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "duplicates"
+    uri = f"file:{table}"
+    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    append_once(_rows(spark, 0), uri, "app", 0)
+    for checksum in (table / "_delta_log").glob("*.crc"):
+        checksum.unlink()
+    jvm: Any = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+    append_once(_rows(spark, 0), uri, "app", 0)  # a replay: skipped by Delta's writer
+    append_once(_rows(spark, 1), uri, "app", 1)
+
+    assert 6 == spark.read.format("delta").load(uri).count()
+    assert {"app": 1} == table_transactions(spark, uri)
+
+
+def test_rows_whose_columns_differ_from_the_table_are_refused_by_delta(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = f"file:{tmp_path / 'duplicates'}"
+    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    append_once(_rows(spark, 0), uri, "app", 0)
+    renamed = _rows(spark, 1).withColumnRenamed("event_id", "id")
+
+    with pytest.raises(AnalysisException):
+        append_once(renamed, uri, "app", 1)
+
+    assert 3 == spark.read.format("delta").load(uri).count()
+    assert {"app": 0} == table_transactions(spark, uri)
