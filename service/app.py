@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -44,12 +45,10 @@ from service.spark import build_spark
 log = structlog.get_logger(__name__)
 
 _POLL_SECONDS = 0.5
+# Spark 4.0's status messages of a micro-batch query between two triggers.
+_WAITING_FOR_TRIGGER = ("Waiting for next trigger", "Waiting for data to arrive")
 # Partitions of the alerts topic when the service has to create it.
 ALERTS_PARTITIONS = 3
-# How long a graceful stop waits for the in-flight micro-batch to finish.
-_GRACEFUL_STOP_SECONDS = 120.0
-# After the batch's writes, how long to wait for Spark to record it as committed.
-_COMMIT_WAIT_SECONDS = 30.0
 # A query silent (no progress, no idle event) for longer than this is stuck in a batch.
 _MIN_PROGRESS_AGE_SECONDS = 120.0
 
@@ -68,7 +67,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("stop_requested", signal=signal.Signals(signum).name)
+        if not stop_requested.is_set():
+            log.info("stop_requested", signal=signal.Signals(signum).name)
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, request_stop)
@@ -76,6 +76,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
 
     log.info("starting", settings=settings.redacted(), available_now=available_now)
     spark = build_spark(settings)
+    # PySpark's context replaced the SIGINT handler with one that cancels every job
+    # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.
+    signal.signal(signal.SIGINT, request_stop)
     registry = CollectorRegistry()
     metrics = IngestMetrics(registry)
     spark.streams.addListener(MetricsListener(metrics))
@@ -142,7 +145,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             handle = start_ingest_query(spark, settings, spec, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
-            _wait(running, stop_requested, lease, available_now)
+            _wait(running, stop_requested, lease, available_now, settings.stop_timeout_seconds)
         for gold in _gold(settings):
             if stop_requested.is_set():
                 break
@@ -157,9 +160,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
             storage_root=settings.storage_uri,
             http_port=server.server_address[1],
         )
-        _wait(running, stop_requested, lease, available_now)
+        _wait(running, stop_requested, lease, available_now, settings.stop_timeout_seconds)
     except BaseException:
-        _stop_all(running, graceful=False)
+        _interrupt_all(running)
         raise
     finally:
         try:
@@ -179,6 +182,7 @@ def _wait(
     stop_requested: threading.Event,
     lease: DriverLease,
     available_now: bool,
+    stop_timeout: float,
 ) -> None:
     while True:
         lease.check()
@@ -188,37 +192,83 @@ def _wait(
         if available_now and not any(q.handle.isActive for q in running):
             return
         if stop_requested.is_set():
-            _stop_all(running, graceful=True)
+            _stop_gracefully(running, stop_timeout)
             return
         stop_requested.wait(_POLL_SECONDS)
 
 
-def _stop_all(running: list[RunningQuery], graceful: bool) -> None:
-    """Stop every query; when ``graceful``, first let the batch being written finish.
+def _stop_gracefully(running: list[RunningQuery], timeout: float) -> None:
+    """Let every query end after the trigger it is running, within ``timeout`` seconds.
 
-    The batch whose tables are being written completes and is committed to the
-    checkpoint; a next trigger that already began planning is interrupted, which is
-    safe (nothing of it is written yet, or its writes are replayed idempotently).
+    Each query is marked terminated the way `StreamingQuery.stop` marks it, without
+    the interrupt: Spark checks that mark before it starts a trigger, so the batch
+    in flight (planning or writing) finishes and is committed, and no new one
+    starts. A query seen waiting for its next trigger twice in a row is stopped
+    then (the interrupt lands in that wait); the others end by themselves. Queries
+    still running at the deadline are interrupted: their batch replays on restart.
     """
-    for query in running:
-        if not query.handle.isActive:
-            continue
-        if graceful:
-            batch_id = query.writer.finish_in_flight(_GRACEFUL_STOP_SECONDS)
-            if batch_id is not None:
-                _wait_for_commit(query.handle, batch_id, _COMMIT_WAIT_SECONDS)
-        query.handle.stop()
-        log.info("query_stopped", query=query.spec.name, last_batch_id=query.writer.last_batch_id)
-
-
-def _wait_for_commit(handle: StreamingQuery, batch_id: int, timeout: float) -> None:
-    """Wait until Spark reported progress (posted after the commit log) for ``batch_id``."""
+    active = [q for q in running if q.handle.isActive]
+    in_flight = {q.spec.name: q.writer.in_flight()[0] for q in active}
+    log.info("stopping", in_flight={k: v for k, v in in_flight.items() if v is not None})
+    for query in active:
+        _end_after_current_trigger(query.handle)
+    waiting: set[str] = set()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and handle.isActive:
-        progress = handle.lastProgress
-        if progress is not None and int(progress["batchId"]) >= batch_id:
-            return
-        time.sleep(0.1)
+    while active and time.monotonic() < deadline:
+        for query in list(active):
+            name = query.spec.name
+            if _running(query.handle):
+                if not _between_triggers(query):
+                    waiting.discard(name)
+                    continue
+                if name not in waiting:
+                    waiting.add(name)
+                    continue
+                query.handle.stop()
+            active.remove(query)
+            _log_stopped(query)
+        time.sleep(0.2)
+    if active:
+        log.warning(
+            "stop_timeout",
+            timeout_seconds=timeout,
+            interrupted=[q.spec.name for q in active],
+            hint="their batches replay on restart; raise INGEST_STOP_TIMEOUT_SECONDS",
+        )
+        _interrupt_all(active)
+
+
+def _running(handle: StreamingQuery) -> bool:
+    """Whether the query's thread still runs (``isActive`` is false from the mark on)."""
+    return bool(handle._jsq.streamingQuery().queryExecutionThread().isAlive())
+
+
+def _between_triggers(query: RunningQuery) -> bool:
+    """Whether the query's thread waits for its next trigger (no batch, no planning)."""
+    if query.writer.in_flight()[0] is not None:
+        return False
+    return query.handle.status["message"] in _WAITING_FOR_TRIGGER
+
+
+def _end_after_current_trigger(handle: StreamingQuery) -> None:
+    """Mark the query terminated (Spark 4.0 internals) so that it starts no new trigger."""
+    jvm: Any = SparkSession.active().sparkContext._jvm
+    terminated = getattr(
+        getattr(jvm.org.apache.spark.sql.execution.streaming, "TERMINATED$"), "MODULE$"
+    )
+    handle._jsq.streamingQuery().state().set(terminated)
+
+
+def _interrupt_all(running: list[RunningQuery]) -> None:
+    """Stop every query now, interrupting a batch in flight (it replays on restart)."""
+    for query in running:
+        if query.handle.isActive:
+            query.handle.stop()
+            _log_stopped(query)
+
+
+def _log_stopped(query: RunningQuery) -> None:
+    log.info("query_stopped", query=query.spec.name, last_batch_id=query.writer.last_batch_id)
 
 
 def _readiness(

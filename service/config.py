@@ -225,6 +225,10 @@ class Settings(BaseSettings):
     wedged_seconds: float = Field(default=900.0, gt=0)
     # How often the driver polls the brokers' end offsets for the Kafka lag gauges.
     lag_poll_seconds: float = Field(default=15.0, gt=0, le=300)
+    # The whole graceful stop (SIGTERM, Ctrl-C): the batches in flight finish and
+    # commit, no new one starts; past it the queries are interrupted (their batches
+    # replay on restart). The chart's terminationGracePeriodSeconds is this plus 30.
+    stop_timeout_seconds: float = Field(default=150.0, gt=0)
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:

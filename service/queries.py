@@ -123,16 +123,6 @@ class QueryWriter:
         batch_id, since = self._in_flight, self._in_flight_since
         return (batch_id, time.monotonic() - since) if batch_id is not None else (None, None)
 
-    def finish_in_flight(self, timeout: float) -> int | None:
-        """Wait (up to ``timeout``) for the batch being written to end; return its id."""
-        batch_id = self._in_flight
-        deadline = time.monotonic() + timeout
-        while batch_id is not None and self._in_flight == batch_id:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        return batch_id
-
 
 def run_together(
     spark: SparkSession, workers: ThreadPoolExecutor, writes: Sequence[Callable[[], None]]

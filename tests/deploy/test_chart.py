@@ -237,7 +237,12 @@ def test_driver_has_probes_scratch_ports_and_grace_period(values: str | None, ap
     startup = driver["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "JVM start-up time"
     assert "memory" in driver["resources"]["limits"]
-    assert pod["terminationGracePeriodSeconds"] >= 60
+    (settings_map,) = [e["configMapRef"]["name"] for e in driver["envFrom"]]
+    config = next(
+        c for c in by_kind(manifests, "ConfigMap") if c["metadata"]["name"] == settings_map
+    )
+    budget = int(config["data"]["INGEST_STOP_TIMEOUT_SECONDS"])
+    assert pod["terminationGracePeriodSeconds"] == budget + 30, "the stop budget, then the JVM exit"
     mounts = {m["mountPath"]: m["name"] for m in driver["volumeMounts"]}
     scratch = {v["name"]: v for v in pod["volumes"]}[mounts["/var/lib/lakehouse-ingest"]]
     assert "emptyDir" in scratch

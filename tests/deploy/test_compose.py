@@ -151,7 +151,8 @@ def test_the_service_runs_hardened_with_a_grace_period_for_the_batch_in_flight()
     assert ["/tmp"] == ingest["tmpfs"]
     assert ["ALL"] == ingest["cap_drop"]
     assert "10001:10001" == ingest["user"]
-    assert int(str(ingest["stop_grace_period"]).rstrip("s")) >= 60
+    budget = int(ingest["environment"]["INGEST_STOP_TIMEOUT_SECONDS"])
+    assert int(str(ingest["stop_grace_period"]).rstrip("s")) == budget + 30
 
 
 def test_every_bind_mount_source_exists() -> None:

@@ -69,6 +69,11 @@ class ServiceProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
 
+    def interrupt_group(self) -> None:
+        """Send SIGINT to the whole process group, as Ctrl-C in a terminal does."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)
+
     def cleanup(self) -> None:
         """Kill anything left of the process group."""
         if self.proc is not None:

@@ -1,12 +1,14 @@
-"""Driver lifecycle against real Kafka and a real S3 server: SIGTERM, refusals, single writer.
+"""Driver lifecycle against real Kafka and a real S3 server: stops, refusals, single writer.
 
 Exactly-once through repeated kill -9 is `test_reconciliation.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from typing import Any
 
 import pytest
 from devstack import MinioServer
@@ -23,26 +25,54 @@ pytestmark = pytest.mark.integration
 EXIT_REFUSED = 3
 
 
-def test_sigterm_stops_after_the_batch_in_flight_with_exit_0_and_restart_adds_no_duplicates(
-    spark: SparkSession, lake: Lake
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_a_stop_under_load_finishes_the_batches_in_flight_starts_none_and_logs_no_error(
+    spark: SparkSession, lake: Lake, stop: str
 ) -> None:
     lake.generate("--users", "2000", "--readings", "20000", "--seed", "3")
-    driver = lake.service("sigterm", INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
+    driver = lake.service(stop, INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
     try:
         driver.wait_for_log('"event": "batch_written"', timeout=180)
-        driver.terminate()
+        if stop == "sigterm":
+            driver.terminate()  # the driver process only, as Kubernetes does
+        else:
+            driver.interrupt_group()  # Python and the Spark JVM, as a terminal does
         assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
     finally:
         driver.cleanup()
+
     log = driver.log_text()
-    assert '"event": "stop_requested"' in log
-    assert '"reason": "signal"' in log
-    rerun = lake.service("after-sigterm", "run", "--available-now").start()
+    assert "Traceback" not in log
+    assert [] == [e for e in _json_lines(log) if e.get("level") in ("error", "critical", "fatal")]
+    [stopping] = driver.events("stopping")
+    after_stop = log[log.index('"event": "stopping"') :]
+    written = [e for e in _json_lines(after_stop) if e.get("event") == "batch_written"]
+    for query in {"ingest_users", "ingest_sensors"}:
+        batches = [e["batch_id"] for e in written if e["query"] == query]
+        # At most the batch already begun; the one being written when the stop came.
+        assert len(batches) <= 1, (query, batches)
+        if query in stopping["in_flight"]:
+            assert batches == [stopping["in_flight"][query]]
+    stopped = {e["query"] for e in driver.events("query_stopped")}
+    assert {"ingest_users", "ingest_sensors"} <= stopped
+    assert [] == driver.events("stop_timeout")
+    assert [] != [e for e in driver.events("stopped") if e["reason"] == "signal"]
+    rerun = lake.service(f"after-{stop}", "run", "--available-now").start()
     try:
         assert rerun.wait(timeout=300) == 0, rerun.log_text()[-4000:]
     finally:
         rerun.cleanup()
     assert_bronze_exactly_once(spark, lake)
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(line)
+            if isinstance(parsed, dict):
+                lines.append(parsed)
+    return lines
 
 
 def run_to_completion(lake: Lake, name: str) -> None:
