@@ -70,6 +70,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.stateStore.rocksdb.writeBufferSizeMB": "16",
         "spark.sql.streaming.stateStore.rocksdb.maxWriteBufferNumber": "2",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Parquet timestamps as INT64 microseconds, not Spark's default legacy INT96: Arrow
+        # readers (delta-rs, Polars, DuckDB) read INT96 as nanoseconds, which overflow
+        # outside 1677-2262 (a valid event_time may be in year 1).
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Delta rebuilds a table's state (log replay) in a Spark job before every write;
         # its default of 50 partitions makes that job ~50 tasks, the largest fixed cost
         # of a small micro-batch. Sized like the shuffles instead.

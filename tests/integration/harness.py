@@ -17,6 +17,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import Column, SparkSession
 
+from service.lakeview import LakeReader, delta_rs_uri
+from service.tables import ALL_TABLES
+
 REPO = Path(__file__).resolve().parents[2]
 Coordinates = set[tuple[str, int, int]]
 
@@ -199,6 +202,27 @@ class Lake:
             "INGEST_GOLD_ENABLED": "false",
             **overrides,
         }
+
+    def delta_rs_rows(self) -> dict[str, int]:
+        """Rows of every table of the lake, read whole by delta-rs into Arrow and validated
+        in full (UTF-8 of every string included), as a reader other than Spark would."""
+        options = {
+            "AWS_ENDPOINT_URL": self.s3_env["AWS_ENDPOINT_URL"],
+            "AWS_ACCESS_KEY_ID": self.s3_env["AWS_ACCESS_KEY_ID"],
+            "AWS_SECRET_ACCESS_KEY": self.s3_env["AWS_SECRET_ACCESS_KEY"],
+            "AWS_REGION": self.s3_env["AWS_REGION"],
+            "AWS_ALLOW_HTTP": "true",
+        }
+        reader = LakeReader(delta_rs_uri(self.storage_root), options)
+        rows = {}
+        for table in ALL_TABLES:
+            delta = reader.open_if_exists(table)
+            if delta is None:
+                continue
+            arrow = delta.to_pyarrow_table()
+            arrow.validate(full=True)
+            rows[table.name] = arrow.num_rows
+        return rows
 
     def service(self, name: str, *args: str, **env: str) -> ServiceProcess:
         """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from devstack import KafkaBroker
 from pyspark.sql import Row, SparkSession
+from pyspark.sql import functions as F
 
 from tests.integration.harness import Lake
 from tests.payloads import profile, reading
@@ -48,10 +49,32 @@ class Case:
     value: bytes | None
     code: str | None
     field: str | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 S, U = "sensors", "users"
 HUGE = b"0" * 25
+LIMIT = 1024 * 1024  # the service's default INGEST_MAX_PAYLOAD_BYTES
+NOT_UTF8 = b"\xff\xfe\xfa"
+BIG = 64 * 1024
+HOSTILE = {"_rescued": "\u0000\"'<b>\\\n", "\u202e": "rtl", "": "empty key"}
+
+
+def sized(event_id: str, size: int) -> bytes:
+    """A valid reading of exactly ``size`` bytes (a rescued ``pad`` field fills it)."""
+    base = len(doc(reading(event_id=event_id, pad="")))
+    return doc(reading(event_id=event_id, pad="x" * (size - base)))
+
+
+def timed(event_id: str, event_time: object) -> bytes:
+    return doc(reading(event_id=event_id, event_time=event_time))
+
+
+def with_extra(event_id: str, extra: bytes) -> bytes:
+    """A valid reading with an unknown field ``extra`` holding raw JSON ``extra``."""
+    return doc(reading(event_id=event_id))[:-1] + b', "extra": ' + extra + b"}"
+
+
 DUP_KEYS = b'{"event_id": "a", "event_id": "b", "device_id": "d", "sensor_type": "heart_rate"}'
 CORPUS = [
     Case("truncated json", S, b"d", doc(reading())[:30], "malformed_json"),
@@ -125,6 +148,47 @@ CORPUS = [
     Case("user with a 300-char name", U, b"8", profile(user_id=8, first_name="n" * 300).encode(),
          "out_of_range", "first_name"),
     Case("valid user", U, b"9", profile(user_id=9).encode(), None),
+    # Bytes that are not text, and sizes at the limits: bronze keeps them exactly.
+    Case("key not utf-8", S, NOT_UTF8, doc(reading(event_id="key-bytes")), None),
+    Case("header not utf-8", S, b"d", doc(reading(event_id="header-bytes")), None,
+         headers=(("trace", NOT_UTF8), ("empty", b""))),
+    Case("huge key", S, b"k" * BIG, doc(reading(event_id="huge-key")), None),
+    Case("huge header", S, b"d", doc(reading(event_id="huge-header")), None,
+         headers=(("blob", b"h" * BIG),)),
+    Case("value exactly at the limit", S, b"d", sized("at-limit", LIMIT), None),
+    Case("value one byte over the limit", S, b"d", sized("over-limit", LIMIT + 1),
+         "payload_too_large"),
+    Case("tombstone with a non-utf-8 key", U, NOT_UTF8, None, "type_mismatch", "key"),
+    Case("upsert with a non-utf-8 key", U, NOT_UTF8, profile(user_id=10).encode(), None),
+    # Shapes.
+    Case("nested 200 deep is rescued", S, b"d",
+         with_extra("deep-ok", b'{"a": ' * 200 + b"1" + b"}" * 200), None),
+    Case("5000 unknown fields are rescued", S, b"d",
+         doc(reading(event_id="wide", **{f"f{i}": i for i in range(5000)})), None),
+    Case("hostile rescued content", S, b"d", doc(reading(event_id="hostile", **HOSTILE)), None),
+    Case("minus huge number", S, b"d", doc(reading()).replace(b"72.5", b"-1e400"),
+         "out_of_range", "value"),
+    # Timestamps at the edges of every accepted format.
+    Case("iso with nanoseconds", S, b"d", timed("nanos", "2024-01-02T03:04:05.123456789Z"), None),
+    Case("iso with ten fraction digits", S, b"d", timed("t10", "2024-01-02T03:04:05.1234567891Z"),
+         "type_mismatch", "event_time"),
+    Case("iso with +hhmm", S, b"d", timed("hhmm", "2024-01-02T03:04:05+0530"), None),
+    Case("iso with +hh", S, b"d", timed("hh", "2024-01-02T03:04:05-03"), None),
+    Case("iso with a space and no zone", S, b"d", timed("space", "2024-01-02 03:04:05"), None),
+    Case("iso month 13", S, b"d", timed("m13", "2024-13-02T03:04:05Z"), "type_mismatch",
+         "event_time"),
+    Case("iso year 1", S, b"d", timed("year1", "0001-01-01T00:00:00Z"), None),
+    Case("iso year 9999", S, b"d", timed("year9999", "9999-12-31T23:59:59.999999Z"),
+         "event_time_in_future", "event_time"),
+    Case("epoch millis of year 1", S, b"d", timed("ms-min", -62_135_596_800_000), None),
+    Case("epoch millis before year 1", S, b"d", timed("ms-below", -62_135_596_800_001),
+         "out_of_range", "event_time"),
+    Case("epoch millis of year 9999", S, b"d", timed("ms-max", 253_402_300_799_999),
+         "event_time_in_future", "event_time"),
+    Case("epoch millis after year 9999", S, b"d", timed("ms-above", 253_402_300_800_000),
+         "out_of_range", "event_time"),
+    Case("fractional epoch millis", S, b"d", timed("ms-float", 1.7e12), "type_mismatch",
+         "event_time"),
 ]  # fmt: skip
 
 
@@ -144,7 +208,13 @@ def produce(lake: Lake) -> dict[Coordinates, Case]:
             else:
                 landed[(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))] = case
 
-        producer.produce(topics[case.topic], key=case.key, value=case.value, on_delivery=delivered)
+        producer.produce(
+            topics[case.topic],
+            key=case.key,
+            value=case.value,
+            headers=list(case.headers),
+            on_delivery=delivered,
+        )
     assert 0 == producer.flush(30)
     assert [] == errors
     return landed
@@ -224,7 +294,10 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         driver.cleanup()
 
     def coordinates(table: str) -> dict[Coordinates, Any]:
-        rows = spark.read.format("delta").load(lake.table(table)).collect()
+        df = spark.read.format("delta").load(lake.table(table))
+        # Event times as microseconds: PySpark cannot turn year 1 into a datetime.
+        times = [f.name for f in df.schema.fields if f.name == "event_time"]
+        rows = df.withColumns({t: F.unix_micros(t) for t in times}).collect()
         return {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r for r in rows}
 
     quarantine = coordinates("silver/quarantine")
@@ -272,8 +345,35 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         if case.code is not None
     } == kept
     assert DUP_KEYS in {raw for raw, _ in kept.values()}
-    rescued = next(r for r in readings.values() if r.event_id == "extra")
-    assert {"battery": {"pct": 80}, "firmware": "1.2"} == json.loads(rescued._rescued)
+    rescued = {r.event_id: json.loads(r._rescued) for r in readings.values() if r._rescued}
+    assert {"battery": {"pct": 80}, "firmware": "1.2"} == rescued["extra"]
+    assert HOSTILE == rescued["hostile"]
+    assert {f"f{i}": i for i in range(5000)} == rescued["wide"]
+    assert 200 == _depth(rescued["deep-ok"]["extra"])
+    # Bronze keeps every record's key, value and headers exactly.
+    bronze = {**coordinates("bronze/sensors"), **coordinates("bronze/users")}
+    assert {
+        where: (case.key, case.value, list(case.headers)) for where, case in by_coordinates.items()
+    } == {
+        where: (
+            _bytes(row.key),
+            _bytes(row.value),
+            [(h.key, bytes(h.value)) for h in row.headers or []],
+        )
+        for where, row in bronze.items()
+    }
+    # Every table reads whole, validated, with another Delta reader (delta-rs, Arrow).
+    spark_rows = {
+        name: spark.read.format("delta").load(lake.table(name)).count()
+        for name in lake.delta_rs_rows()
+    }
+    assert spark_rows == lake.delta_rs_rows()
+    assert len(CORPUS) == spark_rows["bronze/sensors"] + spark_rows["bronze/users"]
+
+
+def _depth(value: Any) -> int:
+    """How many objects are nested in ``value``, itself included."""
+    return 1 + _depth(next(iter(value.values()))) if isinstance(value, dict) else 0
 
 
 def _bytes(raw: bytearray | None) -> bytes | None:
