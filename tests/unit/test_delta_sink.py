@@ -65,12 +65,18 @@ def _rows(spark: SparkSession, batch: int) -> DataFrame:
     return spark.createDataFrame(rows, schema).coalesce(1)
 
 
+def _table_with_batch_0(spark: SparkSession, table: Path) -> str:
+    """The URI of a new duplicates table at ``table`` holding batch 0 of app ``app``."""
+    uri = f"file:{table}"
+    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    append_once(_rows(spark, 0), uri, "app", 0)
+    return uri
+
+
 def test_an_append_reads_the_txn_from_the_checksum_and_records_it_as_delta_does(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    uri = f"file:{tmp_path / 'duplicates'}"
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
-    append_once(_rows(spark, 0), uri, "app", 0)
+    uri = _table_with_batch_0(spark, tmp_path / "duplicates")
 
     # One job writes the files; none reconstructs the table state to find the txn.
     assert 1 == _jobs_of(spark, "append-1", lambda: append_once(_rows(spark, 1), uri, "app", 1))
@@ -87,9 +93,7 @@ def test_without_a_checksum_listing_the_txn_delta_reads_it_and_a_replay_is_still
     spark: SparkSession, tmp_path: Path
 ) -> None:
     table = tmp_path / "duplicates"
-    uri = f"file:{table}"
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
-    append_once(_rows(spark, 0), uri, "app", 0)
+    uri = _table_with_batch_0(spark, table)
     for checksum in (table / "_delta_log").glob("*.crc"):
         checksum.unlink()
     jvm: Any = spark.sparkContext._jvm
@@ -105,9 +109,7 @@ def test_without_a_checksum_listing_the_txn_delta_reads_it_and_a_replay_is_still
 def test_rows_whose_columns_differ_from_the_table_are_refused_by_delta(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    uri = f"file:{tmp_path / 'duplicates'}"
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
-    append_once(_rows(spark, 0), uri, "app", 0)
+    uri = _table_with_batch_0(spark, tmp_path / "duplicates")
     renamed = _rows(spark, 1).withColumnRenamed("event_id", "id")
 
     with pytest.raises(AnalysisException):
