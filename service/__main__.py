@@ -16,6 +16,7 @@ from service.errors import (
     CheckpointMismatchError,
     ConfigError,
     IngestError,
+    KafkaAccessRefusedError,
     LeaseHeldError,
     TableLayoutError,
 )
@@ -209,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = generate(settings, options)
         print(summary.to_json())
         return 0
+    except KafkaAccessRefusedError as e:
+        log.error("kafka_access_refused", error=str(e))
+        return EXIT_CONFIG
     except ConfigError as e:
         log.error("invalid_configuration", error=str(e))
         return EXIT_CONFIG

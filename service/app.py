@@ -32,7 +32,7 @@ from service.ingest import (
     ingest_queries,
     start_ingest_query,
 )
-from service.kafka_admin import ensure_topics
+from service.kafka_admin import check_kafka_access, ensure_topics
 from service.lag import LaggedQuery, LagPoller, broker_offsets, offsets_consumer
 from service.lease import DriverLease, lease_location
 from service.lease_store import lease_store
@@ -75,6 +75,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
     signal.signal(signal.SIGINT, request_stop)
 
     log.info("starting", settings=settings.redacted(), available_now=available_now)
+    check_kafka_access(settings)
     spark = build_spark(settings)
     # PySpark's context replaced the SIGINT handler with one that cancels every job
     # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.

@@ -9,6 +9,10 @@ class ConfigError(IngestError):
     """Configuration is invalid; the message names the offending key."""
 
 
+class KafkaAccessRefusedError(ConfigError):
+    """The brokers refused the configured credentials or did not pass TLS verification."""
+
+
 class CheckpointMismatchError(IngestError):
     """A checkpoint and the tables it protects disagree; continuing would lose or duplicate."""
 

@@ -1,15 +1,55 @@
-"""Kafka administration through confluent-kafka: client configuration and topic creation."""
+"""Kafka administration through confluent-kafka: access check and topic creation."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.config import Settings
-from service.errors import IngestError
+from service.errors import IngestError, KafkaAccessRefusedError
 
 log = structlog.get_logger(__name__)
+
+# How long the start-up access check waits for the brokers' metadata.
+ACCESS_CHECK_SECONDS = 10.0
+
+
+def check_kafka_access(settings: Settings, timeout: float = ACCESS_CHECK_SECONDS) -> None:
+    """Raise `KafkaAccessRefusedError` when the brokers reject the SASL credentials or their
+    certificate is not trusted; brokers that are only unreachable are Spark's to retry.
+
+    Without this, a wrong password surfaced as a streaming query's failure after the
+    JVM started, behind dozens of librdkafka retry lines.
+    """
+    errors: list[KafkaError] = []
+    config: dict[str, Any] = {
+        **settings.kafka.librdkafka_config(),
+        "error_cb": errors.append,
+        "log_level": 0,  # librdkafka would log each attempt; the one error raised says it
+    }
+    admin = AdminClient(config)
+    try:
+        admin.list_topics(timeout=timeout)
+        return
+    except KafkaException:
+        admin.poll(1)  # serves the error callbacks
+    refused = [e for e in errors if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)]
+    if refused:
+        kafka = settings.kafka
+        who = (
+            f"user {kafka.sasl_username!r} ({kafka.sasl_mechanism})"
+            if kafka.sasl_mechanism
+            else "us"
+        )
+        raise KafkaAccessRefusedError(
+            f"Kafka at {kafka.bootstrap_servers} ({kafka.security_protocol}) refused {who}: "
+            f"{refused[0].str()}. Check INGEST_KAFKA_SASL_USERNAME, INGEST_KAFKA_SASL_PASSWORD "
+            "and INGEST_KAFKA_SSL_CA_LOCATION."
+        )
 
 
 def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> None:

@@ -32,6 +32,11 @@ import boto3
 from botocore.config import Config
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._scram import (  # not re-exported by the typed package
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from confluent_kafka.cimpl import NewTopic  # the typed stub; admin re-exports it implicitly
 
 KAFKA_LOG4J_CONFIG = Path(__file__).resolve().with_name("kafka-log4j2.yaml")
@@ -169,12 +174,35 @@ class KafkaBroker(_ServerProcess):
     name = "Kafka broker"
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, log_path: Path | None = None
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        sasl_ssl: bool = False,
     ) -> None:
         super().__init__(data_dir, log_path or data_dir / "kafka.log")
         self.port = port or free_port()
         self.controller_port = free_port()
         self.bootstrap_servers = f"127.0.0.1:{self.port}"
+        # A second listener, SASL_SSL with SCRAM-SHA-512 (`add_scram_user`), its
+        # certificate signed by a CA made here (`ca_location`).
+        self.sasl_ssl_port = free_port() if sasl_ssl else None
+        self.ca_location = data_dir / "tls" / "ca.pem"
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """The SASL_SSL listener's address."""
+        assert self.sasl_ssl_port is not None, "started without sasl_ssl"
+        return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    def add_scram_user(self, username: str, password: str) -> None:
+        """Create (or reset) a SCRAM-SHA-512 user, through the PLAINTEXT listener."""
+        credential = UserScramCredentialUpsertion(
+            username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+        )
+        admin = self.admin()  # referenced until the futures resolve
+        for future in admin.alter_user_scram_credentials([credential]).values():
+            future.result(timeout=30)
 
     def start(self, timeout: float = 90) -> None:
         """Start (formatting storage on first use) and wait until clients can connect."""
@@ -190,6 +218,10 @@ class KafkaBroker(_ServerProcess):
         jvm += [f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG}", "-cp", f"{jars}/*"]
         log_dir = self.data_dir / "kafka-logs"
         props = self.data_dir / "server.properties"
+        listeners = {"PLAINTEXT": self.port}
+        if self.sasl_ssl_port is not None:
+            listeners["SASL_SSL"] = self.sasl_ssl_port
+        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         props.write_text(
             "\n".join(
                 [
@@ -197,12 +229,14 @@ class KafkaBroker(_ServerProcess):
                     "node.id=1",
                     # Static quorum: survives a restart with different ports.
                     f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    f"listeners={advertised},CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners={advertised}",
                     "controller.listener.names=CONTROLLER",
                     "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "listener.security.protocol.map="
+                    + ",".join(f"{name}:{name}" for name in listeners)
+                    + ",CONTROLLER:PLAINTEXT",
+                    *self._sasl_ssl_properties(),
                     f"log.dirs={log_dir}",
                     "num.partitions=3",
                     "default.replication.factor=1",
@@ -237,6 +271,41 @@ class KafkaBroker(_ServerProcess):
             if fmt.returncode != 0:
                 raise RuntimeError(f"kafka storage format failed:\n{fmt.stdout}{fmt.stderr}")
         return [*jvm, "kafka.Kafka", str(props)]
+
+    def _sasl_ssl_properties(self) -> list[str]:
+        if self.sasl_ssl_port is None:
+            return []
+        keystore = self._make_certificates()
+        return [
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={keystore}",
+        ]
+
+    def _make_certificates(self) -> Path:
+        """A CA (``ca.pem``) and the broker's key and certificate for 127.0.0.1, signed by
+        it, in one PEM keystore; made once per data directory. Returns the keystore."""
+        tls = self.ca_location.parent
+        keystore = tls / "broker-keystore.pem"
+        if keystore.exists():
+            return keystore
+        tls.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+                "-out", "ca.pem", "-days", "30", "-subj", "/CN=test CA")  # fmt: skip
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key",
+                "-out", "broker.csr", "-subj", "/CN=127.0.0.1")  # fmt: skip
+        (tls / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "broker.pem", "-days", "30",
+                "-extfile", "san.ext")  # fmt: skip
+        keystore.write_text((tls / "broker.key").read_text() + (tls / "broker.pem").read_text())
+        return keystore
 
     def admin(self) -> AdminClient:
         """An AdminClient for this broker."""

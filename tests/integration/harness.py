@@ -228,12 +228,12 @@ class Lake:
         """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""
         return ServiceProcess(self.env(**env), self.work_dir / f"{name}.log", args or ("run",))
 
-    def generate(self, *args: str) -> str:
+    def generate(self, *args: str, **env: str) -> str:
         """Run the generator to completion and return its summary line."""
         result = subprocess.run(
             [sys.executable, "-m", "service", "generate", *args],
             cwd=REPO,
-            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
             capture_output=True,
             text=True,
             timeout=600,
