@@ -263,7 +263,7 @@ def _end_after_current_trigger(handle: StreamingQuery) -> None:
 def _interrupt_all(running: list[RunningQuery]) -> None:
     """Stop every query now, interrupting a batch in flight (it replays on restart)."""
     for query in running:
-        if query.handle.isActive:
+        if _running(query.handle):
             query.handle.stop()
             _log_stopped(query)
 
