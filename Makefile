@@ -27,13 +27,15 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
 CHART_DIR    := helm/lakehouse-ingest
 
-.PHONY: help setup venv jars kafka-jars minio tools chart-files prometheus run test test-unit test-integration lint typecheck bench clean
+.PHONY: help setup venv jars kafka-jars minio tools chart-files prometheus run test test-unit test-integration lint typecheck bench image image-tools image-test clean
 
 help:
 	@echo "make run    set up everything, start local Kafka + generator + the service (Ctrl-C stops all)"
 	@echo "make test   set up everything and run the whole test suite"
 	@echo "make bench  benchmark on this machine: baseline vs ingest vs ingest+gold (not a test;"
 	@echo "            BENCH_ARGS='--help' lists the options, e.g. BENCH_ARGS='--mode sustained')"
+	@echo "make image       build the image from the Dockerfile with buildah (no Docker engine)"
+	@echo "make image-test  build it, then run the service inside it against local Kafka and MinIO"
 	@echo "make lint | typecheck | test-unit | test-integration | clean"
 
 setup: venv jars kafka-jars minio tools chart-files prometheus
@@ -99,7 +101,7 @@ test: setup
 	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
 	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest tests --ignore=tests/image
 
 test-unit: setup
 	$(VENV)/bin/pytest tests/unit
@@ -117,6 +119,21 @@ typecheck: venv
 # Throughput, latency and resources (deploy/bench/README.md); never part of `make test`.
 bench: setup
 	$(PY) deploy/bench/bench.py $(BENCH_ARGS)
+
+# The image, built without a Docker engine or a registry (deploy/image/build.sh): bases
+# from Debian's packages by mmdebstrap, the Dockerfile's steps by buildah (both from
+# Debian, installed when missing; needs root).
+IMAGE ?= localhost/lakehouse-ingest:dev
+image-tools:
+	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap; }
+
+image: image-tools
+	deploy/image/build.sh $(IMAGE)
+
+image-test: setup image
+	LAKEHOUSE_IMAGE=$(IMAGE) $(VENV)/bin/pytest tests/image
 
 clean:
 	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache

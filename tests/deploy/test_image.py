@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
 import subprocess
 import sys
 import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -51,7 +53,11 @@ def test_hadolint_reports_nothing() -> None:
 
 
 def test_every_base_image_is_pinned_by_tag_and_matches_the_pinned_runtimes() -> None:
-    images = [rest.split()[0] for rest in arguments("FROM")]
+    defaults = dict(rest.split("=", 1) for rest in arguments("ARG") if "=" in rest)
+    images = [
+        re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], rest.split()[0])
+        for rest in arguments("FROM")
+    ]
     assert len(images) >= 3, "multi-stage: jars, python, runtime"
     for image in images:
         _, _, tag = image.partition(":")
@@ -117,3 +123,26 @@ def test_the_build_context_allow_list_includes_what_the_image_copies(source: str
     lines = (REPO / ".dockerignore").read_text().splitlines()
     assert "*" in lines, "the context is an allow-list"
     assert any(line.rstrip("/") == f"!{source}" for line in lines), source
+
+
+def test_every_package_the_service_imports_is_a_runtime_dependency() -> None:
+    """The image installs only ``dependencies``: a module from a dev extra (boto3 once)
+    imports in the test venv and fails in the image."""
+    imported: set[str] = set()
+    for path in (REPO / "service").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"service"}
+    distributions = packages_distributions()
+    needed = {canonical(dist) for module in third_party for dist in distributions[module]}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {canonical(re.split(r"[=<>\[ ;]", spec)[0]) for spec in project["dependencies"]}
+    assert set() == needed - declared
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PyPI compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -1,0 +1,119 @@
+"""The built image (``make image``), its commands run by buildah as the image's user.
+
+The root filesystem is the image's own, with /opt and /usr mounted read-only (the rest
+is root's, not writable by the image's user) and only the two paths that the chart and
+compose make writable (/tmp, the scratch directory) on host directories. The network is
+the host's, so the commands reach the test Kafka and MinIO on loopback. Run with
+``make image-test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import kafka_broker, lake, minio_server, s3_env
+
+__all__ = ["container", "image_config", "kafka_broker", "lake", "minio_server", "s3_env"]
+
+IMAGE = os.environ.get("LAKEHOUSE_IMAGE", "localhost/lakehouse-ingest:dev")
+READ_ONLY = ("/opt", "/usr")
+
+
+def buildah(*args: str, timeout: float = 120) -> str:
+    """Run ``buildah ARGS`` and return its stdout; fail the test with its stderr."""
+    result = subprocess.run(
+        ["buildah", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert 0 == result.returncode, f"buildah {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+@dataclass(frozen=True)
+class Container:
+    """A working container of the image, with host directories for its writable paths."""
+
+    name: str
+    root: Path
+    scratch: Path
+    tmp: Path
+    user: str
+    home: str
+
+    def command(self, args: Sequence[str], env: Mapping[str, str] = {}) -> list[str]:
+        """The ``buildah run`` command line that runs ``args`` in the container."""
+        volumes = [f"--volume={self.root}{path}:{path}:ro" for path in READ_ONLY]
+        volumes += [f"--volume={self.scratch}:{self.home}", f"--volume={self.tmp}:/tmp"]
+        return [
+            "buildah",
+            "run",
+            "--isolation=chroot",
+            f"--user={self.user}",
+            # The host's name, which its /etc/hosts resolves (buildah's chroot names the
+            # container after its id without adding that name to /etc/hosts; Spark
+            # resolves its own host name, as it does in a pod from the pod's /etc/hosts).
+            "--uts=host",
+            *volumes,
+            # buildah's chroot has no PID namespace, so tini is not PID 1 there; as a
+            # subreaper it reaps the JVM's children as it does as PID 1.
+            "--env=TINI_SUBREAPER=1",
+            *[f"--env={k}={v}" for k, v in env.items()],
+            self.name,
+            "--",
+            *args,
+        ]
+
+    def run(
+        self, args: Sequence[str], env: Mapping[str, str] = {}, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``args`` to completion in the container."""
+        return subprocess.run(
+            self.command(args, env), capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def start(
+        self, args: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> subprocess.Popen[bytes]:
+        """Start ``args`` in the container, in its own process group, logging to ``log``."""
+        with log.open("ab") as out:
+            return subprocess.Popen(
+                self.command(args, env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+
+@pytest.fixture(scope="session")
+def image_config() -> dict[str, Any]:
+    """The image's OCI configuration (user, entrypoint, command, environment, ports)."""
+    inspected = json.loads(buildah("inspect", "--type", "image", IMAGE))
+    config: dict[str, Any] = inspected["OCIv1"]["config"]
+    return config
+
+
+@pytest.fixture(scope="session")
+def container(
+    tmp_path_factory: pytest.TempPathFactory, image_config: dict[str, Any]
+) -> Iterator[Container]:
+    """A working container of the image, removed at the end of the session."""
+    name = f"lakehouse-image-test-{uuid.uuid4().hex[:8]}"
+    buildah("from", "--quiet", "--pull=never", "--name", name, IMAGE)
+    try:
+        root = Path(buildah("mount", name).strip())
+        uid, _, gid = image_config["User"].partition(":")
+        scratch, tmp = tmp_path_factory.mktemp("scratch"), tmp_path_factory.mktemp("tmp")
+        os.chown(scratch, int(uid), int(gid or uid))
+        tmp.chmod(0o1777)
+        env = dict(item.split("=", 1) for item in image_config["Env"])
+        yield Container(name, root, scratch, tmp, image_config["User"], env["HOME"])
+    finally:
+        buildah("rm", name)
