@@ -186,15 +186,15 @@ def test_compose_and_the_chart_run_the_image_as_it_is(image_config: dict[str, An
 
 def _tini_pid(ancestor: int) -> int:
     """The pid of the tini process that ``buildah run`` (pid ``ancestor``) started."""
-    parents = {}
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            pid, rest = stat.read_text().split(" (", 1)
-            parents[int(pid)] = int(rest.rsplit(") ", 1)[1].split()[1])
+        with contextlib.suppress(OSError, ValueError):
+            number, rest = stat.read_text().split(" (", 1)
+            parents[int(number)] = int(rest.rsplit(") ", 1)[1].split()[1])
     for pid in sorted(parents):
-        parent = parents.get(pid)
-        while parent not in (None, 0, 1, ancestor):
-            parent = parents.get(parent)
+        parent = parents[pid]
+        while parent not in (0, 1, ancestor):
+            parent = parents.get(parent, 0)
         if parent == ancestor and Path(f"/proc/{pid}/comm").read_text().strip() == "tini":
             return pid
     raise AssertionError(f"no tini process under pid {ancestor}")
