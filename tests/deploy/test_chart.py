@@ -24,6 +24,7 @@ import yaml
 from pydantic import SecretStr
 
 from service.config import Settings, default_cache_dir, env_name
+from tests.runbook_commands import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "lakehouse-ingest"
@@ -808,3 +809,37 @@ def test_values_schema_rejects_credentials_and_latest() -> None:
         )
         assert 0 != result.returncode, args
         assert "values don't meet the specifications of the schema" in result.stderr, args
+
+
+def test_runbook_commands_name_the_charts_resources() -> None:
+    """Every kubectl command of the runbooks names the namespace and the release's
+    Deployment, pods and container as the chart renders them (release "ops")."""
+    readme = (REPO / "docs/runbooks/README.md").read_text()
+    names = dict(re.findall(r"^(NS|DEPLOY|PODS)=(\S+)", readme, re.M))
+    assert {"NS", "DEPLOY", "PODS"} == set(names)
+    manifests = render(None, False)
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    release = deployment["metadata"]["labels"]["app.kubernetes.io/instance"]
+    deploy = names["DEPLOY"].replace("<release>", release)
+    assert f"deploy/{deployment['metadata']['name']}" == deploy
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = names["PODS"].replace("<release>", release)
+    wanted = dict(pair.split("=") for pair in selector.split(","))
+    assert wanted.items() <= pod_labels.items()
+    containers = {c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]}
+    kubectl = [c for c in runbook_commands() if c.words[0] == "kubectl"]
+    assert len(kubectl) > 40
+    for command in kubectl:
+        words = (
+            command.words[: command.words.index("--")] if "--" in command.words else command.words
+        )
+        assert ("-n", "$NS") == words[1:3], command.line
+        literal = [w for w in words if w.startswith(("deploy/", "app.kubernetes.io"))]
+        assert [] == literal, command.line
+        if "-l" in words:
+            assert "$PODS" == words[words.index("-l") + 1], command.line
+        for flag in ("-c", "--container"):
+            if flag in words:
+                assert words[words.index(flag) + 1] in containers, command.line
+        if "debug" in words:
+            assert "--container=driver" in words and "driver" in containers, command.line

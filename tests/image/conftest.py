@@ -72,11 +72,20 @@ class Container:
         ]
 
     def run(
-        self, args: Sequence[str], env: Mapping[str, str] = {}, timeout: float = 300
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str] = {},
+        timeout: float = 300,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``args`` to completion in the container."""
+        """Run ``args`` to completion in the container, ``stdin`` as its input."""
         return subprocess.run(
-            self.command(args, env), capture_output=True, text=True, timeout=timeout, check=False
+            self.command(args, env),
+            input=stdin or "",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def start(

@@ -22,13 +22,12 @@ from devstack import free_port
 from tests.deploy.test_chart import render
 from tests.image.conftest import Container
 from tests.integration.harness import Lake, topic_coordinates
+from tests.runbook_commands import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]
 # The image as built here, measured (README, "Deployment"): a limit that catches a layer
 # grown by accident (a build tool, a cache, a second copy of the jars).
 SIZE_LIMIT_BYTES = 2_100_000_000
-# What the NoProgress runbook signals for a thread dump: the driver's JVM.
-THREAD_DUMP_PATTERN = "[o]rg.apache.spark.deploy.SparkSubmit"
 
 
 def entrypoint(config: dict[str, Any], *args: str) -> list[str]:
@@ -84,28 +83,23 @@ def test_the_service_ingests_in_the_image_and_the_lake_reconciles(
     assert rows["silver/sensor_readings"] == len(shown.stdout.splitlines())
 
 
-def test_the_driver_in_the_image_serves_health_status_and_a_thread_dump(
+def test_the_driver_in_the_image_serves_health_status_and_every_runbook_command(
     container: Container, image_config: dict[str, Any], lake: Lake, tmp_path: Path
 ) -> None:
     port = free_port()
     env = lake.env(INGEST_HTTP_PORT=str(port), INGEST_STOP_TIMEOUT_SECONDS="60")
+    lake.generate("--users", "10", "--readings", "300", "--seed", "3", "--bad-fraction", "0.1")
     log = tmp_path / "driver.log"
     driver = container.start(entrypoint(image_config, *image_config["Cmd"]), env, log)
     try:
         _wait_ready(port, driver, log)
+        _wait_for(log, '"query": "ingest_sensors"', driver, event="batch_written")
         # The compose healthcheck, as compose runs it in the container.
         compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
         check = compose["services"]["ingest"]["healthcheck"]["test"]
         assert "CMD" == check[0]
         health = container.run([arg.replace(":8080", f":{port}") for arg in check[1:]], env)
         assert 0 == health.returncode, health.stderr
-        # The runbooks' commands in the container: curl, status, a JVM thread dump.
-        ready = container.run(["curl", "-s", "-w", " %{http_code}", f"localhost:{port}/readyz"])
-        assert ready.stdout.endswith(" 200"), ready.stdout
-        metrics = container.run(["curl", "-s", f"localhost:{port}/metrics"])
-        assert re.search(
-            r'^lakehouse_ingest_query_up\{.*query="ingest_sensors".*\} 1\.0$', metrics.stdout, re.M
-        ), metrics.stdout[-2000:]
         started = time.monotonic()
         status = container.run(entrypoint(image_config, "status", "--json"), env)
         took = time.monotonic() - started
@@ -114,13 +108,24 @@ def test_the_driver_in_the_image_serves_health_status_and_a_thread_dump(
         assert report["driver"] is not None, report.get("driver_error")
         assert {"ingest_users", "ingest_sensors"} <= {q["query"] for q in report["queries"]}
         assert took < 10, f"status took {took:.1f}s"
-        # As the runbook does it ("[o]" keeps the pattern from matching the command line
-        # that carries it); --euid because buildah's chroot shares the host's process
-        # table (in a pod, only the container's processes are visible).
-        dump = container.run(
-            ["pkill", "--signal", "QUIT", "--euid", "10001", "--full", THREAD_DUMP_PATTERN]
-        )
-        assert 0 == dump.returncode, dump.stderr
+
+        # Every command the runbooks run in the service's container, run in the image
+        # beside the live driver (port 8080 is this driver's port here).
+        commands = [c for c in runbook_commands() if c.in_container]
+        assert len(commands) > 25
+        outputs = {}
+        for command in commands:
+            assert command.in_container is not None
+            args = [word.replace(":8080", f":{port}") for word in command.in_container]
+            done = container.run(args, env, stdin=command.stdin)
+            assert 0 == done.returncode, f"{command.page}: {command.line}\n{done.stderr}"
+            outputs[" ".join(args)] = done.stdout
+        readyz = f"curl -s -w  %{{http_code}}\\n localhost:{port}/readyz"
+        assert outputs[readyz].endswith(" 200\n"), outputs[readyz]
+        metrics = outputs[f"curl -s localhost:{port}/metrics"]
+        up = r'^lakehouse_ingest_query_up\{.*query="ingest_sensors".*\} 1\.0$'
+        assert re.search(up, metrics, re.M), metrics[-2000:]
+        # NoProgress's thread dump: SIGQUIT made the JVM print it to the container log.
         _wait_for(log, "JNI global refs", driver)  # the end of the dump
         assert '"stream execution thread for ingest_sensors' in log.read_text(errors="replace")
 
@@ -234,10 +239,15 @@ def _wait_ready(port: int, driver: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(log.read_text(errors="replace")[-4000:])
 
 
-def _wait_for(log: Path, needle: str, driver: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+def _wait_for(
+    log: Path, needle: str, driver: subprocess.Popen[bytes], event: str | None = None
+) -> None:
+    """Wait until ``needle`` is in the log (in a line of ``event`` if given)."""
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        if needle in log.read_text(errors="replace"):
+        text = log.read_text(errors="replace")
+        lines = [json.dumps(e) for e in _events(text, event=event)] if event else [text]
+        if any(needle in line for line in lines):
             return
         assert driver.poll() is None, log.read_text(errors="replace")[-4000:]
         time.sleep(0.5)
