@@ -27,7 +27,7 @@ from tests.runbook_commands import runbook_commands
 REPO = Path(__file__).resolve().parents[2]
 # The image as built here, measured (README, "Deployment"): a limit that catches a layer
 # grown by accident (a build tool, a cache, a second copy of the jars).
-SIZE_LIMIT_BYTES = 2_100_000_000
+SIZE_LIMIT_BYTES = 2_200_000_000
 
 
 def entrypoint(config: dict[str, Any], *args: str) -> list[str]:
