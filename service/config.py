@@ -67,6 +67,8 @@ class KafkaConnection:
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = None
+    # One PEM file: the client's private key (unencrypted PKCS#8) and its certificate chain.
+    ssl_keystore_location: str | None = None
 
     def java_client_properties(self) -> dict[str, str]:
         """Properties of the Java Kafka client (Spark's source and sink)."""
@@ -85,6 +87,9 @@ class KafkaConnection:
         if self.ssl_ca_location:
             props["ssl.truststore.type"] = "PEM"
             props["ssl.truststore.location"] = self.ssl_ca_location
+        if self.ssl_keystore_location:
+            props["ssl.keystore.type"] = "PEM"
+            props["ssl.keystore.location"] = self.ssl_keystore_location
         return props
 
     def spark_options(self) -> dict[str, str]:
@@ -109,6 +114,10 @@ class KafkaConnection:
             config["sasl.password"] = self.sasl_password.get_secret_value()
         if self.ssl_ca_location:
             config["ssl.ca.location"] = self.ssl_ca_location
+        if self.ssl_keystore_location:
+            # OpenSSL takes the certificate and the key each from its own PEM block.
+            config["ssl.certificate.location"] = self.ssl_keystore_location
+            config["ssl.key.location"] = self.ssl_keystore_location
         return config
 
 
@@ -142,6 +151,7 @@ class Settings(BaseSettings):
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
     kafka_ssl_ca_location: str | None = None
+    kafka_ssl_keystore_location: str | None = None
     kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
     # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
@@ -248,6 +258,11 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "kafka_sasl_username: username and password required with SASL protocols"
                 )
+        if self.kafka_ssl_keystore_location and not self.kafka_security_protocol.endswith("SSL"):
+            raise ValueError(
+                "kafka_ssl_keystore_location: a client certificate needs the SSL or SASL_SSL"
+                " security protocol"
+            )
         for key in self.spark_extra_conf:
             if not key.startswith("spark."):
                 raise ValueError(f"spark_extra_conf: key {key!r} does not start with 'spark.'")
@@ -297,6 +312,7 @@ class Settings(BaseSettings):
             sasl_username=self.kafka_sasl_username,
             sasl_password=self.kafka_sasl_password,
             ssl_ca_location=self.kafka_ssl_ca_location,
+            ssl_keystore_location=self.kafka_ssl_keystore_location,
         )
 
     @property

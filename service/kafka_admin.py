@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.config import Settings
-from service.errors import IngestError, KafkaAccessRefusedError
+from service.errors import ConfigError, IngestError, KafkaAccessRefusedError
 
 log = structlog.get_logger(__name__)
 
@@ -31,15 +31,21 @@ def check_kafka_access(settings: Settings, timeout: float = ACCESS_CHECK_SECONDS
         "error_cb": errors.append,
         "log_level": 0,  # librdkafka would log each attempt; the one error raised says it
     }
-    admin = AdminClient(config)
+    kafka = settings.kafka
+    try:
+        admin = AdminClient(config)
+    except KafkaException as e:  # e.g. a CA or keystore file that cannot be read
+        raise ConfigError(
+            f"Kafka client configuration refused: {e.args[0].str()}. Check "
+            "INGEST_KAFKA_SSL_CA_LOCATION and INGEST_KAFKA_SSL_KEYSTORE_LOCATION."
+        ) from None
     try:
         admin.list_topics(timeout=timeout)
         return
     except KafkaException:
         admin.poll(1)  # serves the error callbacks
-    refused = [e for e in errors if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)]
+    refused = [e for e in errors if _refusal(e)]
     if refused:
-        kafka = settings.kafka
         who = (
             f"user {kafka.sasl_username!r} ({kafka.sasl_mechanism})"
             if kafka.sasl_mechanism
@@ -47,9 +53,18 @@ def check_kafka_access(settings: Settings, timeout: float = ACCESS_CHECK_SECONDS
         )
         raise KafkaAccessRefusedError(
             f"Kafka at {kafka.bootstrap_servers} ({kafka.security_protocol}) refused {who}: "
-            f"{refused[0].str()}. Check INGEST_KAFKA_SASL_USERNAME, INGEST_KAFKA_SASL_PASSWORD "
-            "and INGEST_KAFKA_SSL_CA_LOCATION."
+            f"{refused[0].str()}. Check INGEST_KAFKA_SASL_USERNAME, INGEST_KAFKA_SASL_PASSWORD, "
+            "INGEST_KAFKA_SSL_CA_LOCATION and INGEST_KAFKA_SSL_KEYSTORE_LOCATION."
         )
+
+
+def _refusal(error: KafkaError) -> bool:
+    """Whether ``error`` is the brokers refusing us rather than their being unreachable:
+    SASL or our TLS verification failed, or the broker's TLS stack sent an alert (e.g. a
+    client certificate missing or not trusted, "SSL alert number 42")."""
+    if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+        return True
+    return error.code() == KafkaError._TRANSPORT and "SSL alert number" in error.str()
 
 
 def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> None:

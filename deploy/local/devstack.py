@@ -184,9 +184,11 @@ class KafkaBroker(_ServerProcess):
         self.port = port or free_port()
         self.controller_port = free_port()
         self.bootstrap_servers = f"127.0.0.1:{self.port}"
-        # A second listener, SASL_SSL with SCRAM-SHA-512 (`add_scram_user`), its
-        # certificate signed by a CA made here (`ca_location`).
+        # Two more listeners, SASL_SSL with SCRAM-SHA-512 (`add_scram_user`), the broker's
+        # certificate signed by a CA made here (`ca_location`); the second ("MTLS") also
+        # requires a client certificate signed by that CA (`client_keystore`).
         self.sasl_ssl_port = free_port() if sasl_ssl else None
+        self.mtls_port = free_port() if sasl_ssl else None
         self.ca_location = data_dir / "tls" / "ca.pem"
 
     @property
@@ -194,6 +196,21 @@ class KafkaBroker(_ServerProcess):
         """The SASL_SSL listener's address."""
         assert self.sasl_ssl_port is not None, "started without sasl_ssl"
         return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    @property
+    def mtls_bootstrap_servers(self) -> str:
+        """The address of the SASL_SSL listener that requires a client certificate."""
+        assert self.mtls_port is not None, "started without sasl_ssl"
+        return f"127.0.0.1:{self.mtls_port}"
+
+    def client_keystore(self, name: str) -> Path:
+        """A PEM file with a new client key and its certificate (CN=``name``), signed by
+        the broker's CA: what `INGEST_KAFKA_SSL_KEYSTORE_LOCATION` names."""
+        tls = self.ca_location.parent
+        keystore = tls / f"{name}-keystore.pem"
+        self._sign(name, name, "")
+        keystore.write_text((tls / f"{name}.key").read_text() + (tls / f"{name}.pem").read_text())
+        return keystore
 
     def add_scram_user(self, username: str, password: str) -> None:
         """Create (or reset) a SCRAM-SHA-512 user, through the PLAINTEXT listener."""
@@ -219,8 +236,10 @@ class KafkaBroker(_ServerProcess):
         log_dir = self.data_dir / "kafka-logs"
         props = self.data_dir / "server.properties"
         listeners = {"PLAINTEXT": self.port}
-        if self.sasl_ssl_port is not None:
-            listeners["SASL_SSL"] = self.sasl_ssl_port
+        protocols = {"PLAINTEXT": "PLAINTEXT"}
+        if self.sasl_ssl_port is not None and self.mtls_port is not None:
+            listeners |= {"SASL_SSL": self.sasl_ssl_port, "MTLS": self.mtls_port}
+            protocols |= {"SASL_SSL": "SASL_SSL", "MTLS": "SASL_SSL"}
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         props.write_text(
             "\n".join(
@@ -234,7 +253,7 @@ class KafkaBroker(_ServerProcess):
                     "controller.listener.names=CONTROLLER",
                     "inter.broker.listener.name=PLAINTEXT",
                     "listener.security.protocol.map="
-                    + ",".join(f"{name}:{name}" for name in listeners)
+                    + ",".join(f"{name}:{protocol}" for name, protocol in protocols.items())
                     + ",CONTROLLER:PLAINTEXT",
                     *self._sasl_ssl_properties(),
                     f"log.dirs={log_dir}",
@@ -276,10 +295,14 @@ class KafkaBroker(_ServerProcess):
         if self.sasl_ssl_port is None:
             return []
         keystore = self._make_certificates()
+        jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         return [
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}",
+            f"listener.name.mtls.scram-sha-512.sasl.jaas.config={jaas}",
+            "listener.name.mtls.ssl.client.auth=required",
+            "listener.name.mtls.ssl.truststore.type=PEM",
+            f"listener.name.mtls.ssl.truststore.location={self.ca_location}",
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keystore}",
         ]
@@ -292,20 +315,26 @@ class KafkaBroker(_ServerProcess):
         if keystore.exists():
             return keystore
         tls.mkdir(parents=True, exist_ok=True)
-
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True)
-
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-                "-out", "ca.pem", "-days", "30", "-subj", "/CN=test CA")  # fmt: skip
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key",
-                "-out", "broker.csr", "-subj", "/CN=127.0.0.1")  # fmt: skip
-        (tls / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-        openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "broker.pem", "-days", "30",
-                "-extfile", "san.ext")  # fmt: skip
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+                      "-out", "ca.pem", "-days", "30", "-subj", "/CN=test CA")  # fmt: skip
+        self._sign("broker", "127.0.0.1", "subjectAltName=IP:127.0.0.1\n")
         keystore.write_text((tls / "broker.key").read_text() + (tls / "broker.pem").read_text())
         return keystore
+
+    def _sign(self, name: str, common_name: str, extensions: str) -> None:
+        """``<name>.key`` and ``<name>.pem``: a new key and its certificate signed by the CA."""
+        tls = self.ca_location.parent
+        (tls / f"{name}.ext").write_text(extensions)
+        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                      "-out", f"{name}.csr", "-subj", f"/CN={common_name}")  # fmt: skip
+        self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                      "-CAcreateserial", "-out", f"{name}.pem", "-days", "30",
+                      "-extfile", f"{name}.ext")  # fmt: skip
+
+    def _openssl(self, *args: str) -> None:
+        subprocess.run(
+            ["openssl", *args], cwd=self.ca_location.parent, check=True, capture_output=True
+        )
 
     def admin(self) -> AdminClient:
         """An AdminClient for this broker."""

@@ -292,7 +292,7 @@ def test_settings_are_real_and_credentials_only_secret_references(
         assert literal not in text
 
 
-def test_kafka_sasl_credentials_and_ca_come_from_the_named_secrets() -> None:
+def test_kafka_sasl_credentials_ca_and_client_certificate_come_from_the_named_secrets() -> None:
     manifests = render(str(REPO / "helm/ci/k8s-executors-values.yaml"), False)
     driver = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     refs = {
@@ -303,9 +303,9 @@ def test_kafka_sasl_credentials_and_ca_come_from_the_named_secrets() -> None:
     assert "lakehouse-kafka" == refs["INGEST_KAFKA_SASL_PASSWORD"]
     assert "lakehouse-s3" == refs["AWS_SECRET_ACCESS_KEY"]
     config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
-    ca_path = config["data"]["INGEST_KAFKA_SSL_CA_LOCATION"]
     mounts = {m["mountPath"] for m in driver["volumeMounts"]}
-    assert str(Path(ca_path).parent) in mounts
+    for variable in ("INGEST_KAFKA_SSL_CA_LOCATION", "INGEST_KAFKA_SSL_KEYSTORE_LOCATION"):
+        assert str(Path(config["data"][variable]).parent) in mounts
 
 
 @pytest.mark.parametrize(("values", "api"), CASES)
@@ -409,7 +409,7 @@ def test_rpc_is_authenticated_and_encrypted_exactly_when_executors_run(
         assert set() == security & set(conf), "local[*] has no driver <-> executor traffic"
 
 
-def test_executors_read_the_auth_key_and_the_kafka_ca_where_the_driver_does() -> None:
+def test_executors_read_the_auth_key_and_the_kafka_tls_files_where_the_driver_does() -> None:
     manifests = render(EXECUTORS_VALUES, False)
     template = executor_pod_template(manifests)
     assert template is not None
@@ -417,9 +417,11 @@ def test_executors_read_the_auth_key_and_the_kafka_ca_where_the_driver_does() ->
     key_file = Path(conf["spark.authenticate.secret.file"])
     config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
     ca_file = Path(config["data"]["INGEST_KAFKA_SSL_CA_LOCATION"])
+    client_file = Path(config["data"]["INGEST_KAFKA_SSL_KEYSTORE_LOCATION"])
     expected = {
         str(key_file.parent): ("lakehouse-spark-auth", [key_file.name]),
         str(ca_file.parent): ("lakehouse-kafka-ca", [ca_file.name]),
+        str(client_file.parent): ("lakehouse-kafka-client", [client_file.name]),
     }
     for pod in (driver_pod(manifests), template):
         mounts = secret_mounts(pod)
@@ -790,6 +792,7 @@ def test_values_schema_rejects_credentials_and_latest() -> None:
         ["--set", "config.INGEST_KAFKA_SASL_PASSWORD=x"],
         ["--set", "image.tag=latest"],
         ["--set", "kafka.securityProtocol=SASL_SSL"],
+        ["--set", "kafka.clientSecret=kafka-client"],  # a client certificate without TLS
         ["--set", "securityContext.readOnlyRootFilesystem=false"],
     ]
     for args in bad:

@@ -9,6 +9,7 @@ import pytest
 
 from service.config import load_settings
 from service.errors import ConfigError
+from service.kafka_admin import check_kafka_access
 from service.tables import BRONZE_USERS
 
 
@@ -80,6 +81,11 @@ def test_yaml_file_is_read_and_environment_wins(
         ("INGEST_LOG_FORMAT", "xml", "INGEST_LOG_FORMAT: Input should be 'json' or 'console'"),
         ("INGEST_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", "INGEST_KAFKA_SASL_MECHANISM: required"),
         ("INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER", "0", "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER:"),
+        (
+            "INGEST_KAFKA_SSL_KEYSTORE_LOCATION",
+            "/etc/client.pem",
+            "INGEST_KAFKA_SSL_KEYSTORE_LOCATION: a client certificate needs the SSL or SASL_SSL",
+        ),
         ("INGEST_CONFIG_FILE", "/nonexistent.yaml", "INGEST_CONFIG_FILE: no such file"),
     ],
 )
@@ -162,3 +168,28 @@ def test_gold_triggers_every_three_ingest_triggers_unless_set(
     assert 12.0 == load_settings().gold_trigger_seconds
     monkeypatch.setenv("INGEST_GOLD_TRIGGER_INTERVAL_SECONDS", "5")
     assert 5.0 == load_settings().gold_trigger_seconds
+
+
+def test_a_client_keystore_reaches_both_kafka_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_KAFKA_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("INGEST_KAFKA_SSL_KEYSTORE_LOCATION", "/etc/kafka-client/tls-combined.pem")
+    kafka = load_settings().kafka
+    java = kafka.java_client_properties()
+    assert (java["ssl.keystore.type"], java["ssl.keystore.location"]) == (
+        "PEM",
+        "/etc/kafka-client/tls-combined.pem",
+    )
+    librdkafka = kafka.librdkafka_config()
+    assert librdkafka["ssl.certificate.location"] == "/etc/kafka-client/tls-combined.pem"
+    assert librdkafka["ssl.key.location"] == "/etc/kafka-client/tls-combined.pem"
+
+
+def test_an_unreadable_tls_file_is_a_configuration_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("INGEST_KAFKA_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("INGEST_KAFKA_SSL_KEYSTORE_LOCATION", str(tmp_path / "missing.pem"))
+    with pytest.raises(ConfigError) as error:
+        check_kafka_access(load_settings())
+    assert "ssl.certificate.location failed" in str(error.value)
+    assert "INGEST_KAFKA_SSL_KEYSTORE_LOCATION" in str(error.value)

@@ -76,10 +76,12 @@ app.kubernetes.io/part-of: lakehouse-ingest
 
 {{/* Where Secrets are mounted: the same paths in the driver and every executor pod. */}}
 {{- define "lakehouse-ingest.kafkaCaDir" -}}/etc/lakehouse-ingest/kafka-ca{{- end }}
+{{- define "lakehouse-ingest.kafkaClientDir" -}}/etc/lakehouse-ingest/kafka-client{{- end }}
 {{- define "lakehouse-ingest.sparkAuthDir" -}}/etc/lakehouse-ingest/spark-auth{{- end }}
 
-{{/* Secret volumes shared by the driver and the executors: the Kafka CA (executors read
-Kafka too) and, with executors, the key of Spark's RPC authentication. */}}
+{{/* Secret volumes shared by the driver and the executors: the Kafka CA and client
+certificate (executors read Kafka too) and, with executors, the key of Spark's RPC
+authentication. */}}
 {{- define "lakehouse-ingest.secretVolumes" -}}
 {{- if .Values.kafka.caSecret }}
 - name: kafka-ca
@@ -88,6 +90,16 @@ Kafka too) and, with executors, the key of Spark's RPC authentication. */}}
     items:
       - key: {{ .Values.kafka.caKey }}
         path: {{ .Values.kafka.caKey }}
+{{- end }}
+{{- if .Values.kafka.clientSecret }}
+- name: kafka-client
+  secret:
+    secretName: {{ .Values.kafka.clientSecret }}
+    # 0440 (group-readable through fsGroup), else 0444: the JVM runs as a non-root user.
+    defaultMode: {{ if .Values.podSecurityContext.fsGroup }}288{{ else }}292{{ end }}
+    items:
+      - key: {{ .Values.kafka.clientKey }}
+        path: {{ .Values.kafka.clientKey }}
 {{- end }}
 {{- if .Values.spark.executors.enabled }}
 - name: spark-auth
@@ -105,6 +117,11 @@ Kafka too) and, with executors, the key of Spark's RPC authentication. */}}
 {{- if .Values.kafka.caSecret }}
 - name: kafka-ca
   mountPath: {{ include "lakehouse-ingest.kafkaCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.clientSecret }}
+- name: kafka-client
+  mountPath: {{ include "lakehouse-ingest.kafkaClientDir" . }}
   readOnly: true
 {{- end }}
 {{- if .Values.spark.executors.enabled }}
