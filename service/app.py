@@ -34,12 +34,15 @@ from service.ingest import (
 )
 from service.kafka_admin import check_kafka_access, ensure_topics
 from service.lag import LaggedQuery, LagPoller, broker_offsets, offsets_consumer
+from service.lake_audit import AuditedTopic, LakeAuditor
+from service.lakeview import LakeReader
 from service.lease import DriverLease, lease_location
 from service.lease_store import lease_store
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
 from service.queries import QuerySpec, QueryWriter, checkpoint_location, prepare_tables
+from service.reconcile import reconcile
 from service.spark import build_spark
 
 log = structlog.get_logger(__name__)
@@ -123,6 +126,17 @@ def run(settings: Settings, available_now: bool = False) -> int:
         metrics,
         from_earliest=settings.kafka_starting_offsets == "earliest",
     )
+    auditor = LakeAuditor(
+        [
+            AuditedTopic(q.topic, checkpoint_location(settings, q.name))
+            for q in ingest_queries(settings)
+        ],
+        ObjectFiles(settings),
+        lambda increments: reconcile(
+            LakeReader.from_settings(settings), settings, None, increments
+        ),
+        metrics,
+    )
     try:
         gold_names = {g.name for g in _gold(settings)}
         specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
@@ -138,6 +152,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
             prepare_tables(spark, settings, spec.name, spec.tables)
         if settings.gold_enabled:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
+        if settings.reconcile_interval_seconds and not available_now:
+            auditor.start_from_committed()
         for spec in ingest_queries(settings):
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
@@ -155,6 +171,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
             handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
             running.append(RunningQuery(gold, handle, gold_writer))
         lag.start(settings.lag_poll_seconds)
+        if settings.reconcile_interval_seconds and not available_now:
+            auditor.start(settings.reconcile_interval_seconds)
         log.info(
             "running",
             queries=[r.spec.name for r in running],
@@ -167,6 +185,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
         raise
     finally:
         try:
+            auditor.stop()
             lag.stop()
             consumer.close()
             lease.release()

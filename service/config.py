@@ -235,6 +235,9 @@ class Settings(BaseSettings):
     wedged_seconds: float = Field(default=900.0, gt=0)
     # How often the driver polls the brokers' end offsets for the Kafka lag gauges.
     lag_poll_seconds: float = Field(default=15.0, gt=0, le=300)
+    # How often the driver reconciles what it ingested since its last check
+    # (`service.lake_audit`); 0 turns the periodic check off.
+    reconcile_interval_seconds: float = Field(default=300.0, ge=0)
     # The whole graceful stop (SIGTERM, Ctrl-C): the batches in flight finish and
     # commit, no new one starts; past it the queries are interrupted (their batches
     # replay on restart). The chart's terminationGracePeriodSeconds is this plus 30.

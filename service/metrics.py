@@ -229,6 +229,36 @@ class IngestMetrics:
             ["query"],
             registry=registry,
         )
+        self.reconcile_checks = Counter(
+            f"{PREFIX}_reconcile_checks_total",
+            "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
+            "not hold) or error (the lake or a checkpoint could not be read; retried).",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("ok", "broken", "error"):
+            self.reconcile_checks.labels(result)
+        self.reconcile_problems = Gauge(
+            f"{PREFIX}_reconcile_problems",
+            "Invariant violations the driver's periodic reconcile found since it started.",
+            registry=registry,
+        )
+        self.reconcile_records = Counter(
+            f"{PREFIX}_reconcile_records_checked_total",
+            "Bronze records the driver's periodic reconcile checked, per table.",
+            ["table"],
+            registry=registry,
+        )
+        self.reconcile_last_check = Gauge(
+            f"{PREFIX}_reconcile_last_check_timestamp_seconds",
+            "Unix time the driver's last periodic reconcile check completed.",
+            registry=registry,
+        )
+        self.reconcile_duration = Gauge(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Wall time of the driver's last periodic reconcile check.",
+            registry=registry,
+        )
         self.freshness = Gauge(
             f"{PREFIX}_freshness_timestamp_seconds",
             "Time up to which a query's output is complete: its event-time watermark "
@@ -314,6 +344,21 @@ class IngestMetrics:
         """Record that ``query`` stopped, cleanly (``none``) or with ``error_class``."""
         self.query_up.labels(query).set(0)
         self.terminations.labels(query, error_class).inc()
+
+    def reconcile_checked(
+        self, records: Mapping[str, int], problems: int, duration_seconds: float
+    ) -> None:
+        """Record a periodic reconcile check (`service.lake_audit.LakeAuditor`)."""
+        self.reconcile_checks.labels("broken" if problems else "ok").inc()
+        self.reconcile_problems.inc(problems)
+        for table, count in records.items():
+            self.reconcile_records.labels(table).inc(count)
+        self.reconcile_last_check.set(self._clock())
+        self.reconcile_duration.set(max(0.0, duration_seconds))
+
+    def reconcile_failed(self) -> None:
+        """Record a periodic reconcile check that could not read the lake or a checkpoint."""
+        self.reconcile_checks.labels("error").inc()
 
     def watch_storage(self, last_write: Callable[[], float]) -> None:
         """Report ``last_write()`` (unix time of the last successful storage write) at scrape."""

@@ -17,7 +17,9 @@ by Kafka coordinates (topic, partition, offset) and set equality (DESIGN §3, §
   per-reading tables.
 
 ``since`` restricts the Kafka-side checks to records with ``kafka_timestamp`` at or
-after it (the gold checks always cover the whole table). A table that does not
+after it, ``increments`` to offset ranges per topic partition (the driver's periodic
+check, `service.lake_audit`); the gold checks and "one row per user id" always cover
+the whole table. A table that does not
 exist counts as empty. The report says what was checked and what broke; it is ok
 only when every invariant holds.
 """
@@ -28,7 +30,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -110,6 +112,21 @@ class Finding:
 
     count: int = 0
     ranges: list[OffsetRange] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Increment:
+    """The offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition:
+    what a periodic check covers. With ``expect_start``, offset ``start`` itself must be
+    in bronze (it follows the last offset an earlier check saw), so a gap at the
+    boundary between two checks is found."""
+
+    start: int
+    end: int
+    expect_start: bool
+
+
+Increments = Mapping[str, Mapping[int, Increment]]
 
 
 @dataclass(frozen=True)
@@ -247,17 +264,31 @@ class Reconciliation:
         return "\n".join(lines)
 
 
-def reconcile(reader: LakeReader, settings: Settings, since: datetime | None) -> Reconciliation:
-    """Check every invariant of the lake under ``reader``'s root."""
+def reconcile(
+    reader: LakeReader,
+    settings: Settings,
+    since: datetime | None,
+    increments: Increments | None = None,
+) -> Reconciliation:
+    """Check every invariant of the lake under ``reader``'s root.
+
+    The silver and gold snapshots are read before bronze's: a batch writes bronze first,
+    so every row they hold has its bronze record in the later snapshot.
+    """
     started = time.monotonic()
-    opened = {t: reader.open_if_exists(t) for t in ALL_TABLES}
+    later = (BRONZE_USERS, BRONZE_SENSORS)
+    opened = {t: reader.open_if_exists(t) for t in ALL_TABLES if t not in later}
+    opened |= {t: reader.open_if_exists(t) for t in later}
+    opened = {t: opened[t] for t in ALL_TABLES}
     if not any(opened.values()):
         raise LakeRequestError(f"no table of the lake found under {reader.root}")
-    checks = _LakeChecks({t: d for t, d in opened.items() if d is not None}, since)
+    checks = _LakeChecks({t: d for t, d in opened.items() if d is not None}, since, increments)
     bronze = [
         *checks.bronze_offsets(BRONZE_USERS),
         *checks.bronze_offsets(BRONZE_SENSORS),
     ]
+    if increments is not None:
+        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS})
     sensor_topics = _topics(bronze, BRONZE_SENSORS, settings.sensors_topic)
     user_topics = _topics(bronze, BRONZE_USERS, settings.users_topic)
     sensors = checks.coverage(
@@ -291,10 +322,17 @@ class _LakeChecks:
     """The checks as SQL over the tables that exist (registered under their names), each
     Kafka-side one restricted to the records since the filter."""
 
-    def __init__(self, tables: Mapping[Table, DeltaTable], since: datetime | None) -> None:
+    def __init__(
+        self,
+        tables: Mapping[Table, DeltaTable],
+        since: datetime | None,
+        increments: Increments | None,
+    ) -> None:
         self.tables = tables
         self._sql_names = {t: _sql_name(t) for t in tables}
         self._since = f"kafka_timestamp >= '{_iso(since)}'" if since else "TRUE"
+        if increments is not None:
+            self._since = f"{self._since} AND {increments_sql(increments)}"
 
     def _run(self, sql: str) -> pa.Table:
         return run_sql({self._sql_names[t]: d for t, d in self.tables.items()}, sql)
@@ -417,6 +455,52 @@ class _LakeChecks:
         if not stray:
             return []
         return [f"silver/quarantine: {stray} rows of topics neither bronze table holds"]
+
+
+def increments_sql(increments: Increments) -> str:
+    """A predicate on Kafka coordinates: within one of ``increments``' ranges."""
+    ranges = [
+        f"(kafka_topic = '{_sql_text(topic)}' AND kafka_partition = {partition}"
+        f" AND kafka_offset >= {i.start} AND kafka_offset < {i.end})"
+        for topic, partitions in sorted(increments.items())
+        for partition, i in sorted(partitions.items())
+        if i.end > i.start
+    ]
+    return f"({' OR '.join(ranges)})" if ranges else "FALSE"
+
+
+def with_edges(
+    partitions: Sequence[PartitionOffsets], increments: Increments, users: Mapping[str, Table]
+) -> list[PartitionOffsets]:
+    """``partitions`` (bronze within ``increments``) with the gaps at the edges of each
+    increment added: before the first offset present when the start is expected, and a
+    whole increment absent. (Offsets after the last one present are the next check's
+    start.) ``users`` maps the users topic to its bronze table; other topics are sensors'."""
+    found = {(p.topic, p.partition): p for p in partitions}
+    result = []
+    for topic, by_partition in sorted(increments.items()):
+        table = users.get(topic, BRONZE_SENSORS).name
+        for partition, increment in sorted(by_partition.items()):
+            present = found.pop((topic, partition), None)
+            if present is None:
+                if increment.expect_start and increment.end > increment.start:
+                    gap = OffsetRange(topic, partition, increment.start, increment.end - 1)
+                    result.append(
+                        PartitionOffsets(
+                            table, topic, partition, increment.start, increment.end - 1,
+                            0, gap.count, 0, [gap], [],
+                        )
+                    )  # fmt: skip
+                continue
+            if increment.expect_start and present.first_offset > increment.start:
+                gap = OffsetRange(topic, partition, increment.start, present.first_offset - 1)
+                present = replace(
+                    present,
+                    missing_offsets=present.missing_offsets + gap.count,
+                    gaps=[gap, *present.gaps],
+                )
+            result.append(present)
+    return result + list(found.values())
 
 
 def gaps_sql(source: str, limit: int) -> str:
@@ -596,8 +680,12 @@ def _sql_name(table: Table) -> str:
     return table.name.replace("/", "__")
 
 
+def _sql_text(value: str) -> str:
+    return value.replace("'", "''")
+
+
 def _sql_list(values: Iterable[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+    return ", ".join(f"'{_sql_text(v)}'" for v in values)
 
 
 def _iso(moment: datetime) -> str:

@@ -129,6 +129,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         INGEST_KAFKA_SASL_PASSWORD=SASL_SECRET,
         INGEST_LAG_POLL_SECONDS="2",
         INGEST_WEDGED_SECONDS="40",
+        INGEST_RECONCILE_INTERVAL_SECONDS="3",
     )
     base = f"http://127.0.0.1:{http_port}"
     prometheus = Prometheus(lake.work_dir, f"127.0.0.1:{http_port}")
@@ -148,6 +149,22 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
             60,
             "Prometheus sees no Kafka lag once every produced record is in",
         )
+        # The driver's own reconcile covered every record exactly, and found nothing wrong.
+        _eventually(
+            lambda: (
+                _value(prometheus, "sum(lakehouse_ingest_reconcile_records_checked_total)")
+                == total_in
+            ),
+            60,
+            f"Prometheus sees the driver's reconcile cover {total_in} records",
+        )
+        for healthy in (
+            "lakehouse_ingest_reconcile_problems == 0",
+            'lakehouse_ingest_reconcile_checks_total{result="broken"} == 0',
+            'lakehouse_ingest_reconcile_checks_total{result="ok"} > 0',
+        ):
+            assert prometheus.query(healthy), healthy
+        assert service.events("lake_reconciled"), "a check that found nothing logs so"
         _assert_status_asks_the_running_driver(lake, http_port, service.pid)
         assert 200 == _http_status(f"{base}/healthz")
         time.sleep(3)  # a few more scrapes, so rates have two samples after the batches

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from service.config import Settings
 from service.lakeview import CATALOGUE, LakeReader
+from service.reconcile import Increment, reconcile
 from service.show import ShowRequest, show
 from service.tables import ALL_TABLES
 from tests.integration.harness import REPO, Lake
@@ -325,3 +326,39 @@ def test_reconcile_finds_a_hand_made_gap_and_duplicates(
     assert f"bronze/sensors {lake.sensors_topic}/1: 3 offsets missing (gaps: {first}-{last})" in (
         text.out
     )
+
+
+def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_start(
+    lake: Lake, minio_server: MinioServer, tmp_path: Path
+) -> None:
+    """`service.lake_audit` checks offset increments: rows outside them are not read,
+    and a record missing right at an increment's start (the boundary with the previous
+    check) is a gap, though no row before it is in the increment."""
+    copy = download_lake(minio_server, lake, tmp_path / "lake")
+    settings = Settings(
+        storage_root=str(copy), users_topic=lake.users_topic, sensors_topic=lake.sensors_topic
+    )
+    bronze = DeltaTable(str(copy / "bronze" / "sensors"))
+    partition_1 = bronze.to_pyarrow_table(
+        columns=["kafka_offset"], filters=[("kafka_partition", "=", 1)]
+    )
+    offsets = sorted(partition_1.column("kafka_offset").to_pylist())
+    start, end = offsets[20], offsets[60] + 1
+    increment = {lake.sensors_topic: {1: Increment(start, end, expect_start=True)}}
+
+    whole = reconcile(LakeReader.from_settings(settings), settings, None, increment)
+    assert [] == whole.problems
+    assert end - start == whole.sensors.bronze_rows
+    assert 0 == whole.users.coverage.bronze_rows  # not in the increment
+
+    bronze.delete(f"kafka_partition = 1 AND kafka_offset BETWEEN {start} AND {start + 1}")
+    broken = reconcile(LakeReader.from_settings(settings), settings, None, increment)
+
+    [partition] = [p for p in broken.bronze if p.topic == lake.sensors_topic]
+    assert (2, [(start, start + 1)]) == (
+        partition.missing_offsets,
+        [(g.first, g.last) for g in partition.gaps],
+    )
+    assert 2 == broken.sensors.extra.count  # their silver rows, which bronze now lacks
+    assert end - start - 2 == broken.sensors.bronze_rows
+    assert f"{start}-{start + 1}" in broken.problems[0]
