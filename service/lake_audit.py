@@ -5,8 +5,9 @@ query's checkpoint and checks the Kafka offsets from where the previous check en
 up to the last committed batch's end. A committed batch is in every table it
 writes, so a batch still being written is never mistaken for a loss; the silver
 snapshots are read before bronze's (`service.reconcile.reconcile`). Checking only
-the new offsets keeps the cost proportional to what was ingested; the gold key
-checks and "one row per user id" still read those tables whole.
+the new offsets keeps the cost proportional to what was ingested (the per-reading
+gold tables are read by the same offsets); the gold window-key checks and "one row
+per user id" still read those tables whole.
 
 The first check starts at the offsets committed when the driver started
 (`lakehouse-ingest reconcile` covers the whole lake). Each later check starts one

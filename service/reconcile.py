@@ -18,10 +18,10 @@ by Kafka coordinates (topic, partition, offset) and set equality (DESIGN §3, §
 
 ``since`` restricts the Kafka-side checks to records with ``kafka_timestamp`` at or
 after it, ``increments`` to offset ranges per topic partition (the driver's periodic
-check, `service.lake_audit`); the gold checks and "one row per user id" always cover
-the whole table. A table that does not
-exist counts as empty. The report says what was checked and what broke; it is ok
-only when every invariant holds.
+check, `service.lake_audit`, which also narrows the per-reading gold tables to them);
+the gold window-key checks and "one row per user id" always cover the whole table.
+A table that does not exist counts as empty. The report says what was checked and
+what broke; it is ok only when every invariant holds.
 """
 
 from __future__ import annotations
@@ -331,8 +331,8 @@ class _LakeChecks:
         self.tables = tables
         self._sql_names = {t: _sql_name(t) for t in tables}
         self._since = f"kafka_timestamp >= '{_iso(since)}'" if since else "TRUE"
-        if increments is not None:
-            self._since = f"{self._since} AND {increments_sql(increments)}"
+        self._increments = increments_sql(increments) if increments is not None else "TRUE"
+        self._since = f"{self._since} AND {self._increments}"
 
     def _run(self, sql: str) -> pa.Table:
         return run_sql({self._sql_names[t]: d for t, d in self.tables.items()}, sql)
@@ -425,8 +425,11 @@ class _LakeChecks:
         return UsersCheck(coverage, int(rows), len(duplicates), duplicates.to_pylist()[:MAX_RANGES])
 
     def unique_keys(self, table: Table, key: Sequence[str]) -> UniqueKeyCheck:
-        """Rows of a gold table that share their key with another."""
+        """Rows of a gold table that share their key with another (of a table keyed by
+        Kafka coordinates, only the rows of the increments)."""
         name, columns = self._sql_names[table], ", ".join(key)
+        if tuple(key) == COORDINATES:
+            name = f"(SELECT * FROM {name} WHERE {self._increments}) AS g"
         duplicated = (
             f"SELECT {columns}, COUNT(*) AS copies FROM {name} GROUP BY {columns}"
             " HAVING COUNT(*) > 1"

@@ -350,6 +350,16 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
     assert [] == whole.problems
     assert end - start == whole.sensors.bronze_rows
     assert 0 == whole.users.coverage.bronze_rows  # not in the increment
+    enriched = DeltaTable(str(copy / "gold" / "readings_enriched")).to_pyarrow_table(
+        filters=[
+            ("kafka_topic", "=", lake.sensors_topic),
+            ("kafka_partition", "=", 1),
+            ("kafka_offset", ">=", start),
+            ("kafka_offset", "<", end),
+        ]
+    )
+    [checked] = [g for g in whole.gold if g.table == "gold/readings_enriched"]
+    assert 0 < enriched.num_rows == checked.rows  # the per-reading gold rows of the increment
 
     bronze.delete(f"kafka_partition = 1 AND kafka_offset BETWEEN {start} AND {start + 1}")
     broken = reconcile(LakeReader.from_settings(settings), settings, None, increment)
