@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         help="upgrade tables written by an earlier table layout, in place (driver stopped)",
     )
     _add_lake_verbs(commands)
+    _add_replay_verb(commands)
     gen = commands.add_parser("generate", help="produce synthetic users and sensor readings")
     gen.add_argument("--users", type=int, default=100, help="number of distinct users")
     gen.add_argument("--readings", type=int, help="number of sensor readings (count mode)")
@@ -128,6 +129,43 @@ def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser
     reconcile.add_argument("--json", action="store_true", help="print one JSON document")
 
 
+def _add_replay_verb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``replay-quarantine``: re-validate quarantined records, send those that pass to silver."""
+    from service.transforms.validation import ERROR_CODES
+
+    replay = commands.add_parser(
+        "replay-quarantine",
+        help="re-validate quarantined records under the current settings and send the ones "
+        "that now pass to silver, exactly once (driver stopped)",
+        description="Read the selected quarantined records back from bronze, validate, dedup "
+        "and merge them as live records, and write the ones that pass to silver; record what "
+        "happened to each in silver/quarantine_replays. Runs under the driver lease; a replay "
+        "killed part-way is resumed by the next run.",
+    )
+    replay.add_argument(
+        "--error-code", action="append", choices=ERROR_CODES, help="only this code (repeatable)"
+    )
+    replay.add_argument("--topic", help="only records of this topic")
+    for bound, meaning in (("since", "at or after"), ("until", "before")):
+        replay.add_argument(
+            f"--{bound}",
+            type=_since,
+            metavar="T",
+            help=f"only records with the --by time {meaning} T (ISO-8601 or a duration "
+            "back from now: 90s, 15m, 6h, 7d)",
+        )
+    replay.add_argument(
+        "--by",
+        choices=("quarantined_at", "kafka_timestamp"),
+        default="quarantined_at",
+        help="the time --since/--until compare (default: quarantined_at)",
+    )
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print what would move; take no lease, write nothing"
+    )
+    replay.add_argument("--json", action="store_true", help="print one JSON document")
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -164,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lakehouse-ingest: {e}", file=sys.stderr)
         return EXIT_CONFIG
     # The verbs that print a report on stdout send their own logs to stderr.
-    reports = ("status", "migrate", "show", "reconcile")
+    reports = ("status", "migrate", "show", "reconcile", "replay-quarantine")
     log_stream = sys.stderr if args.command in reports else sys.stdout
     configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
@@ -186,6 +224,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("show", "reconcile"):
             return _lake_verb(args, settings)
+        if args.command == "replay-quarantine":
+            from service.replay import ReplayRequest, replay_quarantine
+
+            request = ReplayRequest(
+                error_codes=tuple(args.error_code or ()),
+                topic=args.topic,
+                since=args.since,
+                until=args.until,
+                time_column=args.by,
+                dry_run=args.dry_run,
+            )
+            replayed = replay_quarantine(settings, request)
+            print(replayed.to_json() if args.json else replayed.to_text())
+            return 0
         from service.generator import GeneratorOptions, generate
 
         if (args.readings is None) == (args.rate is None):

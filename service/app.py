@@ -43,7 +43,9 @@ from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
 from service.queries import QuerySpec, QueryWriter, checkpoint_location, prepare_tables
 from service.reconcile import reconcile
+from service.sinks.delta import ensure_table
 from service.spark import build_spark
+from service.tables import QUARANTINE_REPLAYS_TABLE
 
 log = structlog.get_logger(__name__)
 
@@ -150,6 +152,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 spec.name, [t.name for t in spec.tables], 0.0 if available_now else interval
             )
             prepare_tables(spark, settings, spec.name, spec.tables)
+        # Written only by `replay-quarantine`; here so that every reader finds it.
+        replays = QUARANTINE_REPLAYS_TABLE
+        ensure_table(spark, replays.uri(settings.storage_uri), replays)
         if settings.gold_enabled:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
         if settings.reconcile_interval_seconds and not available_now:

@@ -128,7 +128,7 @@ class BatchWriter(QueryWriter):
             parsed = batch.withColumn(INGESTED_AT.name, stamp).persist()
             try:
                 with profile.phase("read_validate"):
-                    summary = _summarize(parsed)
+                    summary = summarize(parsed)
                 write = _write_users if self.query.kind == "users" else _write_sensors
                 written = Written(app_id, batch_id, stamp, profile, self.fence, self._workers)
                 outcome = write(parsed, summary, self.settings, written)
@@ -162,7 +162,7 @@ class BatchSummary:
         return self.rows_in - sum(self.quarantined.values())
 
 
-def _summarize(parsed: DataFrame) -> BatchSummary:
+def summarize(parsed: DataFrame) -> BatchSummary:
     """Rows in, rejected rows per error code and the arrival bounds, in one pass (it caches)."""
     groups = (
         parsed.groupBy("error_code")
@@ -248,7 +248,7 @@ def _write_sensors(
     def dedup_and_write_silver() -> None:
         nonlocal duplicate_rows
         readings = to_sensor_readings(valid)
-        recent = _recent_readings(valid.sparkSession, summary, settings)
+        recent = recent_readings(valid.sparkSession, summary, settings)
         # Cached: the silver lookup runs once, for the count, the write and the filter.
         duplicates = find_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
@@ -315,7 +315,7 @@ def _per_commit_files(rows: DataFrame, settings: Settings) -> DataFrame:
     return rows.coalesce(settings.spark_shuffle_partitions)
 
 
-def _recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:
+def recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:
     """silver/sensor_readings pruned to the arrivals that can be originals of this batch."""
     silver = spark.read.format("delta").load(SENSOR_READINGS.uri(settings.storage_uri))
     if summary.first_arrival is None or summary.last_arrival is None:

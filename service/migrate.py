@@ -30,7 +30,7 @@ _TEXT_LAYOUT = {"key": "string", "value": "string"}
 
 def migrate(settings: Settings) -> list[str]:
     """The ``migrate`` verb: under the driver lease, upgrade what needs it; return its names."""
-    spark = build_spark(settings, app_name="lakehouse-ingest-migrate")
+    spark = build_spark(settings, "lakehouse-ingest-migrate", jvm_log_target="SYSTEM_ERR")
     lease = DriverLease(
         lease_store(settings, lease_location(settings.checkpoint_uri)),
         settings.lease_ttl_seconds,

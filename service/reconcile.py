@@ -46,6 +46,7 @@ from service.tables import (
     BRONZE_SENSORS,
     BRONZE_USERS,
     HEART_RATE_5M,
+    QUARANTINE_REPLAYS_TABLE,
     QUARANTINE_TABLE,
     READINGS_ENRICHED,
     SENSOR_DUPLICATES_TABLE,
@@ -65,6 +66,8 @@ GOLD_KEYS: Mapping[Table, tuple[str, ...]] = {
     READINGS_ENRICHED: COORDINATES,
     ALERTS: COORDINATES,
 }
+# The replay outcomes that moved a quarantined record to silver (`service.replay`).
+MOVED = ("silver", "duplicate")
 _DURATION = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -338,13 +341,27 @@ class _LakeChecks:
         return run_sql({self._sql_names[t]: d for t, d in self.tables.items()}, sql)
 
     def _source(self, table: Table) -> str:
-        """The table's rows since the filter, or no rows when the table does not exist."""
+        """The table's rows since the filter, or no rows when the table does not exist.
+        Quarantine rows a replay moved to silver (`service.replay`) are left out: the
+        record is in silver now, and counts there."""
         if table not in self.tables:
             return (
                 "(SELECT CAST(NULL AS VARCHAR) AS kafka_topic, CAST(NULL AS INT) AS"
                 " kafka_partition, CAST(NULL AS BIGINT) AS kafka_offset WHERE FALSE)"
             )
-        return f"(SELECT * FROM {self._sql_names[table]} WHERE {self._since})"
+        rows = f"(SELECT * FROM {self._sql_names[table]} WHERE {self._since})"
+        if table != QUARANTINE_TABLE or QUARANTINE_REPLAYS_TABLE not in self.tables:
+            return rows
+        moved = (
+            "SELECT DISTINCT kafka_topic AS m_topic, kafka_partition AS m_partition,"
+            f" kafka_offset AS m_offset FROM {self._sql_names[QUARANTINE_REPLAYS_TABLE]}"
+            f" WHERE outcome IN ({_sql_list(MOVED)})"
+        )
+        return (
+            f"(SELECT q.* FROM {rows} AS q LEFT JOIN ({moved}) AS m ON q.kafka_topic = m.m_topic"
+            " AND q.kafka_partition = m.m_partition AND q.kafka_offset = m.m_offset"
+            " WHERE m.m_offset IS NULL)"
+        )
 
     def count(self, table: Table, where: str = "TRUE") -> int:
         """Rows of ``table`` since the filter that match ``where``."""

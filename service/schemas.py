@@ -154,6 +154,22 @@ QUARANTINE = StructType(
     ]
 )
 
+# What each `replay-quarantine` did with each quarantined record it took (one row per
+# record and replay and state): ``planned`` (the replay's plan, with the code the record
+# was quarantined with), then ``silver`` or ``duplicate`` (moved: it is in
+# silver/sensor_readings, silver/users or silver/sensor_duplicates now) or ``rejected``
+# (with the code it fails with now; a later replay may take it again).
+QUARANTINE_REPLAYS = StructType(
+    [
+        *LINEAGE,
+        StructField("replay_id", StringType(), nullable=False),
+        StructField("replayed_at", TimestampType(), nullable=False),
+        StructField("outcome", StringType(), nullable=False),
+        StructField("error_code", StringType()),
+        StructField("error_detail", StringType()),
+    ]
+)
+
 # Readings dropped as duplicates (an audit of what silver/sensor_readings left out),
 # so that silver + quarantine + duplicates reconcile with bronze by Kafka coordinates.
 SENSOR_DUPLICATES = StructType(

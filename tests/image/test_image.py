@@ -118,6 +118,12 @@ def test_the_driver_in_the_image_serves_health_status_and_every_runbook_command(
             assert command.in_container is not None
             args = [word.replace(":8080", f":{port}") for word in command.in_container]
             done = container.run(args, env, stdin=command.stdin)
+            if args[:2] == ["lakehouse-ingest", "replay-quarantine"] and "--dry-run" not in args:
+                # The page runs it with the driver stopped; beside this live one it must
+                # refuse (exit 3: the lease is held) and write nothing.
+                assert 3 == done.returncode, f"{command.page}: {command.line}\n{done.stderr}"
+                assert "LeaseHeldError" in done.stderr, done.stderr[-2000:]
+                continue
             assert 0 == done.returncode, f"{command.page}: {command.line}\n{done.stderr}"
             outputs[" ".join(args)] = done.stdout
         readyz = f"curl -s -w  %{{http_code}}\\n localhost:{port}/readyz"

@@ -372,3 +372,69 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
     assert 2 == broken.sensors.extra.count  # their silver rows, which bronze now lacks
     assert end - start - 2 == broken.sensors.bronze_rows
     assert f"{start}-{start + 1}" in broken.problems[0]
+
+
+FIXED = {"INGEST_MAX_FUTURE_SECONDS": str(2 * 24 * 3600)}  # readings a day ahead now pass
+
+
+def test_replay_quarantine_moves_what_now_passes_exactly_once_through_a_kill_9(
+    spark: SparkSession, lake: Lake
+) -> None:
+    """Readings quarantined as a day in the future, replayed once the limit is raised: a
+    replay killed right after its plan is resumed by the next run, every record lands in
+    silver once, then a dry run would take only what is still quarantined (all of it
+    rejected again) and writes nothing, and reconcile holds."""
+    quarantine = read(spark, lake.table("silver/quarantine"))
+    future = {
+        (r.kafka_topic, r.kafka_partition, r.kafka_offset)
+        for r in quarantine.where(F.col("error_code") == "event_time_in_future").collect()
+    }
+    others = quarantine.count() - len(future)
+    readings_before = read(spark, lake.table("silver/sensor_readings")).count()
+    assert future and others
+
+    killed = lake.service("replay-killed", "replay-quarantine", "--error-code",
+                          "event_time_in_future", **FIXED).start()  # fmt: skip
+    try:
+        killed.wait_for_log('"event": "replay_planned"', timeout=120)
+        killed.kill9()
+    finally:
+        killed.cleanup()
+    [planned] = killed.events("replay_planned")
+
+    rerun = cli(lake, "replay-quarantine", "--error-code", "event_time_in_future", "--json",
+                **FIXED)  # fmt: skip
+    assert 0 == rerun.code, rerun.err
+    report = json.loads(rerun.out)
+    assert [planned["replay_id"]] == report["resumed"] == report["replay_ids"]
+    assert ({"event_time_in_future": len(future)}, {"silver": len(future)}) == (
+        report["selected"],
+        report["outcomes"],
+    )
+
+    silver = read(spark, lake.table("silver/sensor_readings"))
+    assert readings_before + len(future) == silver.count()
+    replayed = silver.join(
+        spark.createDataFrame(list(future), "kafka_topic string, kafka_partition int,"
+                              " kafka_offset long"),
+        ["kafka_topic", "kafka_partition", "kafka_offset"],
+    )  # fmt: skip
+    assert len(future) == replayed.count() == replayed.select("event_id").distinct().count()
+    replays = read(spark, lake.table("silver/quarantine_replays"))
+    assert {("planned", len(future)), ("silver", len(future))} == {
+        (r.outcome, r["count"]) for r in replays.groupBy("outcome").count().collect()
+    }
+    assert quarantine.count() == read(spark, lake.table("silver/quarantine")).count()
+
+    dry = cli(lake, "replay-quarantine", "--dry-run", "--json", **FIXED)
+    assert 0 == dry.code, dry.err
+    report = json.loads(dry.out)
+    assert (True, others, {"rejected": others}) == (
+        report["dry_run"],
+        sum(report["selected"].values()),
+        report["outcomes"],
+    )
+    assert "event_time_in_future" not in report["selected"]
+    assert 2 * len(future) == read(spark, lake.table("silver/quarantine_replays")).count()
+    checked = cli(lake, "reconcile", "--json")
+    assert 0 == checked.code, checked.out[-3000:]

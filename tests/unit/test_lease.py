@@ -30,10 +30,13 @@ def store(tmp_path: Path) -> LocalLeaseStore:
 
 
 def put(store: LocalLeaseStore, text: str) -> None:
-    """Another driver's write (unconditional, as a test's stand-in)."""
+    """Another driver's write (unconditional, as a test's stand-in), atomic as the store's
+    own: a reader never sees it half-written."""
     path = Path(store.uri.removeprefix("file:"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    staged = path.with_name(f".{path.name}.put")
+    staged.write_text(text)
+    staged.replace(path)
 
 
 def held(store: LocalLeaseStore) -> dict[str, object] | None:
