@@ -200,6 +200,9 @@ class Lake:
             "INGEST_LEASE_RENEW_SECONDS": "2",
             # Gold has its own test; elsewhere its five queries would only slow ingest down.
             "INGEST_GOLD_ENABLED": "false",
+            # The driver's periodic reconcile has its own tests; elsewhere it would compete
+            # for the cores with the queries under test once a driver runs five minutes.
+            "INGEST_RECONCILE_INTERVAL_SECONDS": "0",
             **overrides,
         }
 
