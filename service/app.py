@@ -36,8 +36,7 @@ from service.kafka_admin import check_kafka_access, ensure_topics
 from service.lag import LaggedQuery, LagPoller, broker_offsets, offsets_consumer
 from service.lake_audit import AuditedTopic, LakeAuditor
 from service.lakeview import LakeReader
-from service.lease import DriverLease, lease_location
-from service.lease_store import lease_store
+from service.lease import DriverLease, acquire_driver_lease
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
@@ -89,13 +88,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
     metrics = IngestMetrics(registry)
     spark.streams.addListener(MetricsListener(metrics))
 
-    lease = DriverLease(
-        lease_store(settings, lease_location(settings.checkpoint_uri)),
-        settings.lease_ttl_seconds,
-        settings.lease_renew_seconds,
-    )
-    lease.acquire()
-    lease.start_renewing()
+    lease = acquire_driver_lease(settings)
     running: list[RunningQuery] = []
 
     def readiness() -> tuple[bool, str]:

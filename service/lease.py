@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 
 import structlog
 
+from service.config import Settings
 from service.errors import LeaseHeldError, LeaseLostError
-from service.lease_store import STORE_ERRORS, LeaseStore
+from service.lease_store import STORE_ERRORS, LeaseStore, lease_store
 
 log = structlog.get_logger(__name__)
 
@@ -231,3 +232,16 @@ class DriverLease:
                 log.warning("lease_release_failed", uri=self._store.uri, error=str(e))
                 return
             log.info("lease_released", uri=self._store.uri)
+
+
+def acquire_driver_lease(settings: Settings) -> DriverLease:
+    """The storage root's driver lease, acquired and renewing: what the driver and every
+    verb that writes the tables hold (`DriverLease.release` it when done)."""
+    lease = DriverLease(
+        lease_store(settings, lease_location(settings.checkpoint_uri)),
+        settings.lease_ttl_seconds,
+        settings.lease_renew_seconds,
+    )
+    lease.acquire()
+    lease.start_renewing()
+    return lease

@@ -16,8 +16,7 @@ from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.errors import TableLayoutError
-from service.lease import DriverLease, lease_location
-from service.lease_store import lease_store
+from service.lease import acquire_driver_lease
 from service.spark import build_spark
 from service.tables import BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
 from service.transforms.bronze import raw_from_text
@@ -31,13 +30,7 @@ _TEXT_LAYOUT = {"key": "string", "value": "string"}
 def migrate(settings: Settings) -> list[str]:
     """The ``migrate`` verb: under the driver lease, upgrade what needs it; return its names."""
     spark = build_spark(settings, "lakehouse-ingest-migrate", jvm_log_target="SYSTEM_ERR")
-    lease = DriverLease(
-        lease_store(settings, lease_location(settings.checkpoint_uri)),
-        settings.lease_ttl_seconds,
-        settings.lease_renew_seconds,
-    )
-    lease.acquire()
-    lease.start_renewing()  # a rewrite of a large bronze table outlasts the TTL
+    lease = acquire_driver_lease(settings)  # renewing: a large rewrite outlasts the TTL
     try:
         return migrate_tables(spark, settings)
     finally:

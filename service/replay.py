@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import reduce
 from typing import Literal
 
 import structlog
@@ -36,8 +37,7 @@ from pyspark.sql import functions as F
 from service.checkpoints import APP_ID_PREFIX
 from service.config import Settings
 from service.ingest import IngestQuery, ingest_queries, recent_readings, summarize
-from service.lease import DriverLease, lease_location
-from service.lease_store import lease_store
+from service.lease import acquire_driver_lease
 from service.reconcile import MOVED
 from service.schemas import INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.sinks.delta import append_once, ensure_table
@@ -163,13 +163,7 @@ def replay_quarantine(settings: Settings, request: ReplayRequest) -> ReplayRepor
     spark = build_spark(settings, "lakehouse-ingest-replay", jvm_log_target="SYSTEM_ERR")
     if request.dry_run:
         return _Replayer(spark, settings).run(request)
-    lease = DriverLease(
-        lease_store(settings, lease_location(settings.checkpoint_uri)),
-        settings.lease_ttl_seconds,
-        settings.lease_renew_seconds,
-    )
-    lease.acquire()
-    lease.start_renewing()
+    lease = acquire_driver_lease(settings)
     try:
         return _Replayer(spark, settings, lease.fence).run(request)
     finally:
@@ -251,7 +245,7 @@ class _Replayer:
         for topic, query in self.queries.items():
             mine = plan.where(F.col("kafka_topic") == topic)
             outcomes.append(self._replay_topic(query, mine, app_id, stamp, dry_run))
-        result = outcomes[0].unionByName(outcomes[1]).persist()
+        result = reduce(DataFrame.unionByName, outcomes).persist()
         if not dry_run:
             rows = result.select(
                 *COORDINATES,
