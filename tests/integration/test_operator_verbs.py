@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from service.config import Settings
 from service.lakeview import CATALOGUE, LakeReader
-from service.reconcile import Increment, reconcile
+from service.reconcile import COORDINATES, Increment, reconcile
 from service.show import ShowRequest, show
 from service.tables import ALL_TABLES
 from tests.integration.harness import REPO, Lake
@@ -438,3 +438,37 @@ def test_replay_quarantine_moves_what_now_passes_exactly_once_through_a_kill_9(
     assert 2 * len(future) == read(spark, lake.table("silver/quarantine_replays")).count()
     checked = cli(lake, "reconcile", "--json")
     assert 0 == checked.code, checked.out[-3000:]
+
+
+def test_a_second_replay_moves_nothing_and_gold_picks_up_the_replayed_readings(
+    spark: SparkSession, lake: Lake
+) -> None:
+    """Runs after the replay above: the same replay again selects nothing and leaves silver
+    and the replay table as they were; the next driver run's gold queries read the replayed
+    readings from silver like any late data, each once in gold/readings_enriched."""
+    silver_before = read(spark, lake.table("silver/sensor_readings")).count()
+    replays = read(spark, lake.table("silver/quarantine_replays"))
+    moved = replays.where(F.col("outcome") == "silver").select(*COORDINATES)
+    moved_count, replay_rows = moved.count(), replays.count()
+    assert moved_count > 0
+
+    again = cli(lake, "replay-quarantine", "--error-code", "event_time_in_future", "--json",
+                **FIXED)  # fmt: skip
+    assert 0 == again.code, again.err
+    report = json.loads(again.out)
+    assert ({}, {}, []) == (report["selected"], report["outcomes"], report["resumed"])
+    assert silver_before == read(spark, lake.table("silver/sensor_readings")).count()
+    assert replay_rows == read(spark, lake.table("silver/quarantine_replays")).count()
+
+    enriched_before = read(spark, lake.table("gold/readings_enriched"))
+    assert 0 == enriched_before.join(moved, list(COORDINATES)).count()
+    driver = lake.service("gold-after-replay", "run", "--available-now", INGEST_GOLD_ENABLED="true")
+    driver.start()
+    try:
+        assert 0 == driver.wait(timeout=600), driver.log_text()[-4000:]
+    finally:
+        driver.cleanup()
+    enriched = read(spark, lake.table("gold/readings_enriched"))
+    in_gold = enriched.join(moved, list(COORDINATES))
+    assert moved_count == in_gold.count() == in_gold.select("event_id").distinct().count()
+    assert silver_before == enriched.count()
