@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -133,18 +136,37 @@ def scheduler_pools_file() -> Path:
 
 
 def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:
-    """Add the jars to the driver's and executors' user classpath (after Spark's own).
+    """Add the jars to the executors' user classpath (after Spark's own), on a cluster.
 
-    Without ``spark_executor_jars_dir`` the driver serves its jars to every executor:
-    right for local[*]. With it, ``local:`` URIs name the same jars at that path on
-    every host (baked into the image, or a worker's cache), so a new executor does not
-    first download the ~560 MB AWS SDK bundle from the driver. Never extraClassPath:
-    that would put the bundle's unshaded netty and slf4j 1.x ahead of Spark's.
+    In local mode the executor lives in the driver's JVM, which has them on its own
+    classpath (`local_mode_classpath`). On a cluster without ``spark_executor_jars_dir``
+    the driver serves its jars to every executor; with it, ``local:`` URIs name the same
+    jars at that path on every host (baked into the image, or a worker's cache), so a new
+    executor does not first download the ~560 MB AWS SDK bundle from the driver. Never
+    extraClassPath: that would put the bundle's unshaded netty and slf4j 1.x ahead of
+    Spark's.
     """
+    if _is_local(settings.spark_master):
+        return {}
     if settings.spark_executor_jars_dir is None:
         return {"spark.jars": ",".join(jars)}
     directory = settings.spark_executor_jars_dir.rstrip("/")
     return {"spark.jars": ",".join(f"local:{directory}/{Path(jar).name}" for jar in jars)}
+
+
+def local_mode_classpath(settings: Settings) -> list[str]:
+    """The jars the driver JVM's classpath ends with in local mode (empty on a cluster).
+
+    ``spark.jars`` would have every run copy them (~560 MB) into its temporary
+    directory for the in-process executor, and a killed driver leaves that copy
+    behind; Spark's launcher appends ``SPARK_DIST_CLASSPATH`` after its own jars instead.
+    """
+    return runtime_jars(settings.jars_dir) if _is_local(settings.spark_master) else []
+
+
+def _is_local(master: str) -> bool:
+    """Whether ``master`` runs the executor in the driver's JVM (not ``local-cluster``)."""
+    return master == "local" or master.startswith("local[")
 
 
 def cluster_conf(settings: Settings) -> dict[str, str]:
@@ -194,6 +216,26 @@ def build_spark(
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _launcher_classpath(local_mode_classpath(settings)):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level in ("DEBUG", "INFO") else "ERROR")
     return spark
+
+
+@contextmanager
+def _launcher_classpath(jars: list[str]) -> Iterator[None]:
+    """Have Spark's launcher append ``jars`` to the JVM's classpath (``SPARK_DIST_CLASSPATH``,
+    after Spark's own jars) while the session starts; the variable is restored after, so
+    child processes do not inherit it."""
+    name = "SPARK_DIST_CLASSPATH"
+    inherited = os.environ.get(name)
+    present = [p for p in (inherited or "").split(os.pathsep) if p]
+    if jars:
+        os.environ[name] = os.pathsep.join([*present, *(j for j in jars if j not in present)])
+    try:
+        yield
+    finally:
+        if inherited is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = inherited

@@ -9,7 +9,7 @@ import pytest
 
 from service.config import load_settings
 from service.errors import ConfigError
-from service.spark import REQUIRED_JAR_PREFIXES, spark_conf
+from service.spark import REQUIRED_JAR_PREFIXES, local_mode_classpath, spark_conf
 
 
 @pytest.fixture
@@ -22,9 +22,13 @@ def jars_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_local_mode_ships_the_driver_jars_and_sets_no_cluster_settings(jars_dir: Path) -> None:
-    conf = spark_conf(load_settings())
-    assert all(j.startswith(str(jars_dir)) for j in conf["spark.jars"].split(","))
+def test_local_mode_puts_the_jars_on_the_drivers_classpath_and_sets_no_cluster_settings(
+    jars_dir: Path,
+) -> None:
+    settings = load_settings()
+    conf = spark_conf(settings)
+    assert sorted(str(p) for p in jars_dir.glob("*.jar")) == local_mode_classpath(settings)
+    assert "spark.jars" not in conf  # each run would copy them to its temporary directory
     assert not [k for k in conf if k.startswith(("spark.executor.", "spark.kubernetes."))]
     assert "spark.driver.host" not in conf
 
@@ -32,6 +36,10 @@ def test_local_mode_ships_the_driver_jars_and_sets_no_cluster_settings(jars_dir:
 def test_executor_jars_dir_names_the_same_jars_as_local_uris_on_every_host(
     jars_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("INGEST_SPARK_MASTER", "spark://spark-master:7077")
+    shipped = spark_conf(load_settings())["spark.jars"].split(",")
+    assert sorted(str(p) for p in jars_dir.glob("*.jar")) == shipped  # served by the driver
+    assert [] == local_mode_classpath(load_settings())
     monkeypatch.setenv("INGEST_SPARK_EXECUTOR_JARS_DIR", "/opt/lakehouse-ingest/jars/")
     jars = spark_conf(load_settings())["spark.jars"].split(",")
     expected = sorted(f"local:/opt/lakehouse-ingest/jars/{p.name}" for p in jars_dir.glob("*.jar"))
