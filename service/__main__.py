@@ -17,6 +17,7 @@ from service.errors import (
     ConfigError,
     IngestError,
     KafkaAccessRefusedError,
+    KafkaOffsetsLostError,
     LeaseHeldError,
     TableLayoutError,
 )
@@ -271,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (
         CheckpointCorruptError,
         CheckpointMismatchError,
+        KafkaOffsetsLostError,
         LeaseHeldError,
         TableLayoutError,
     ) as e:

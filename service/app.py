@@ -37,6 +37,7 @@ from service.lag import LaggedQuery, LagPoller, broker_offsets, offsets_consumer
 from service.lake_audit import AuditedTopic, LakeAuditor
 from service.lakeview import LakeReader
 from service.lease import DriverLease, acquire_driver_lease
+from service.lost_offsets import CheckedQuery, check_lost_offsets, record_skipped
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
@@ -44,7 +45,7 @@ from service.queries import QuerySpec, QueryWriter, checkpoint_location, prepare
 from service.reconcile import reconcile
 from service.sinks.delta import ensure_table
 from service.spark import build_spark
-from service.tables import QUARANTINE_REPLAYS_TABLE
+from service.tables import OPERATOR_TABLES
 
 log = structlog.get_logger(__name__)
 
@@ -145,9 +146,22 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 spec.name, [t.name for t in spec.tables], 0.0 if available_now else interval
             )
             prepare_tables(spark, settings, spec.name, spec.tables)
-        # Written only by `replay-quarantine`; here so that every reader finds it.
-        replays = QUARANTINE_REPLAYS_TABLE
-        ensure_table(spark, replays.uri(settings.storage_uri), replays)
+        # Written on an operator's word only; here so that every reader finds them.
+        for table in OPERATOR_TABLES:
+            ensure_table(spark, table.uri(settings.storage_uri), table)
+        skipped = check_lost_offsets(
+            [
+                CheckedQuery(q.name, q.topic, checkpoint_location(settings, q.name))
+                for q in ingest_queries(settings)
+            ],
+            ObjectFiles(settings),
+            lambda topics: broker_offsets(consumer, topics),
+            settings.kafka_skip_lost_offsets,
+        )
+        if skipped:
+            record_skipped(spark, settings.storage_uri, skipped, lease.fence)
+            for lost in skipped:
+                metrics.offsets_skipped(lost.topic, lost.count)
         if settings.gold_enabled:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
         if settings.reconcile_interval_seconds and not available_now:
@@ -157,7 +171,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
             writer = BatchWriter(spec, settings, _record_batch(metrics), lease.fence, maintenance)
-            handle = start_ingest_query(spark, settings, spec, writer, available_now)
+            skip_lost = any(lost.query == spec.name for lost in skipped)
+            handle = start_ingest_query(spark, settings, spec, writer, available_now, skip_lost)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
             _wait(running, stop_requested, lease, available_now, settings.stop_timeout_seconds)

@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     kafka_ssl_ca_location: str | None = None
     kafka_ssl_keystore_location: str | None = None
     kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Start past offsets the brokers no longer have (recorded in bronze/skipped_offsets)
+    # instead of refusing to start (`service.lost_offsets`).
+    kafka_skip_lost_offsets: bool = False
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
     # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
     kafka_max_records_per_task: int = Field(default=50_000, gt=0)

@@ -21,6 +21,10 @@ class CheckpointCorruptError(IngestError, ValueError):
     """A checkpoint file is truncated or unparseable; starting would fail or lose the place."""
 
 
+class KafkaOffsetsLostError(IngestError):
+    """Kafka no longer has offsets a checkpoint still has to read (`service.lost_offsets`)."""
+
+
 class TableLayoutError(IngestError):
     """A table was written with an earlier layout; `lakehouse-ingest migrate` upgrades it."""
 

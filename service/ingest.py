@@ -331,9 +331,11 @@ def start_ingest_query(
     query: IngestQuery,
     writer: BatchWriter,
     available_now: bool,
+    skip_lost: bool = False,
 ) -> StreamingQuery:
-    """Start ``query`` reading Kafka and writing through ``writer``."""
-    records = to_records(read_topic(spark, settings, query.topic))
+    """Start ``query`` reading Kafka and writing through ``writer`` (``skip_lost``: past
+    offsets the brokers no longer have, see `service.lost_offsets`)."""
+    records = to_records(read_topic(spark, settings, query.topic, skip_lost))
     stream = query.validate(records, settings).writeStream
     return start_with_writer(
         spark,

@@ -254,6 +254,13 @@ class IngestMetrics:
             "Unix time the driver's last periodic reconcile check completed.",
             registry=registry,
         )
+        self.kafka_offsets_skipped = Counter(
+            f"{PREFIX}_kafka_offsets_skipped_total",
+            "Kafka offsets the brokers no longer had when the driver started, skipped on "
+            "INGEST_KAFKA_SKIP_LOST_OFFSETS (bronze/skipped_offsets lists them).",
+            ["topic"],
+            registry=registry,
+        )
         self.reconcile_duration = Gauge(
             f"{PREFIX}_reconcile_duration_seconds",
             "Wall time of the driver's last periodic reconcile check.",
@@ -355,6 +362,10 @@ class IngestMetrics:
             self.reconcile_records.labels(table).inc(count)
         self.reconcile_last_check.set(self._clock())
         self.reconcile_duration.set(max(0.0, duration_seconds))
+
+    def offsets_skipped(self, topic: str, count: int) -> None:
+        """Record ``count`` offsets of ``topic`` skipped at start (`service.lost_offsets`)."""
+        self.kafka_offsets_skipped.labels(topic).inc(count)
 
     def reconcile_failed(self) -> None:
         """Record a periodic reconcile check that could not read the lake or a checkpoint."""

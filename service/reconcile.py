@@ -52,6 +52,7 @@ from service.tables import (
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
     SENSOR_STATS_1M,
+    SKIPPED_OFFSETS_TABLE,
     USERS,
     Table,
 )
@@ -205,6 +206,9 @@ class Reconciliation:
     users: UsersCheck
     gold: list[UniqueKeyCheck]
     problems: list[str]
+    # Offsets Kafka no longer had, skipped at a driver's start (bronze/skipped_offsets):
+    # accepted as gaps in bronze.
+    skipped: list[OffsetRange] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -235,6 +239,11 @@ class Reconciliation:
         )  # fmt: skip
         if not self.bronze:
             lines.append("  (no bronze rows)")
+        if self.skipped:
+            lines.append(
+                "  skipped at a start, Kafka no longer had them (bronze/skipped_offsets): "
+                + ", ".join(str(r) for r in self.skipped)
+            )
         lines += [
             "",
             "sensors: bronze/sensors = silver/sensor_readings + silver/quarantine (sensors topic)"
@@ -286,12 +295,13 @@ def reconcile(
     if not any(opened.values()):
         raise LakeRequestError(f"no table of the lake found under {reader.root}")
     checks = _LakeChecks({t: d for t, d in opened.items() if d is not None}, since, increments)
+    skipped = checks.skipped_offsets()
     bronze = [
-        *checks.bronze_offsets(BRONZE_USERS),
-        *checks.bronze_offsets(BRONZE_SENSORS),
+        *checks.bronze_offsets(BRONZE_USERS, bool(skipped)),
+        *checks.bronze_offsets(BRONZE_SENSORS, bool(skipped)),
     ]
     if increments is not None:
-        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS})
+        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS}, skipped)
     sensor_topics = _topics(bronze, BRONZE_SENSORS, settings.sensors_topic)
     user_topics = _topics(bronze, BRONZE_USERS, settings.users_topic)
     sensors = checks.coverage(
@@ -318,6 +328,7 @@ def reconcile(
         users=users,
         gold=gold,
         problems=problems,
+        skipped=skipped,
     )
 
 
@@ -368,18 +379,39 @@ class _LakeChecks:
         result = self._run(f"SELECT COUNT(*) AS n FROM {self._source(table)} AS t WHERE {where}")
         return int(result.column("n")[0].as_py())
 
-    def bronze_offsets(self, table: Table) -> list[PartitionOffsets]:
-        """Per topic partition of a bronze table: offsets present, gaps and duplicates."""
+    def skipped_offsets(self) -> list[OffsetRange]:
+        """The ranges bronze/skipped_offsets records (few: one per skip at a start)."""
+        if SKIPPED_OFFSETS_TABLE not in self.tables:
+            return []
+        rows = self._run(
+            "SELECT kafka_topic, kafka_partition, first_offset, last_offset FROM"
+            f" {self._sql_names[SKIPPED_OFFSETS_TABLE]}"
+            " ORDER BY kafka_topic, kafka_partition, first_offset"
+        )
+        return _ranges(rows.to_pylist())
+
+    def bronze_offsets(self, table: Table, skipped: bool = False) -> list[PartitionOffsets]:
+        """Per topic partition of a bronze table: offsets present, gaps and duplicates
+        (with ``skipped``: less the gaps bronze/skipped_offsets covers)."""
         if table not in self.tables:
             return []
         source = self._source(table)
+        recorded = self._sql_names[SKIPPED_OFFSETS_TABLE] if skipped else None
         summary = self._run(
             "SELECT kafka_topic, kafka_partition, MIN(kafka_offset) AS first_offset,"
             " MAX(kafka_offset) AS last_offset, COUNT(*) AS row_count,"
             f" COUNT(DISTINCT kafka_offset) AS offsets FROM {source} AS b"
             " GROUP BY kafka_topic, kafka_partition ORDER BY kafka_topic, kafka_partition"
         ).to_pylist()
-        gaps = _ranges(self._run(gaps_sql(source, MAX_RANGES + 1)).to_pylist())
+        gaps = _ranges(self._run(gaps_sql(source, MAX_RANGES + 1, recorded)).to_pylist())
+        missing = (
+            {
+                (r["kafka_topic"], r["kafka_partition"]): r["missing"]
+                for r in self._run(missing_sql(source, recorded)).to_pylist()
+            }
+            if recorded
+            else None
+        )
         duplicates = _ranges(self._run(repeated_sql(source, MAX_RANGES + 1)).to_pylist())
         return [
             PartitionOffsets(
@@ -389,7 +421,11 @@ class _LakeChecks:
                 first_offset=row["first_offset"],
                 last_offset=row["last_offset"],
                 rows=row["row_count"],
-                missing_offsets=row["last_offset"] - row["first_offset"] + 1 - row["offsets"],
+                missing_offsets=(
+                    row["last_offset"] - row["first_offset"] + 1 - row["offsets"]
+                    if missing is None
+                    else missing.get((row["kafka_topic"], row["kafka_partition"]), 0)
+                ),
                 duplicate_rows=row["row_count"] - row["offsets"],
                 gaps=_of_partition(gaps, row),
                 duplicates=_of_partition(duplicates, row),
@@ -490,13 +526,26 @@ def increments_sql(increments: Increments) -> str:
 
 
 def with_edges(
-    partitions: Sequence[PartitionOffsets], increments: Increments, users: Mapping[str, Table]
+    partitions: Sequence[PartitionOffsets],
+    increments: Increments,
+    users: Mapping[str, Table],
+    skipped: Sequence[OffsetRange] = (),
 ) -> list[PartitionOffsets]:
     """``partitions`` (bronze within ``increments``) with the gaps at the edges of each
     increment added: before the first offset present when the start is expected, and a
     whole increment absent. (Offsets after the last one present are the next check's
-    start.) ``users`` maps the users topic to its bronze table; other topics are sensors'."""
+    start.) ``users`` maps the users topic to its bronze table; other topics are sensors'.
+    A gap within a ``skipped`` range is not one."""
     found = {(p.topic, p.partition): p for p in partitions}
+
+    def recorded(gap: OffsetRange) -> bool:
+        return any(
+            (s.topic, s.partition) == (gap.topic, gap.partition)
+            and s.first <= gap.first
+            and gap.last <= s.last
+            for s in skipped
+        )
+
     result = []
     for topic, by_partition in sorted(increments.items()):
         table = users.get(topic, BRONZE_SENSORS).name
@@ -505,6 +554,8 @@ def with_edges(
             if present is None:
                 if increment.expect_start and increment.end > increment.start:
                     gap = OffsetRange(topic, partition, increment.start, increment.end - 1)
+                    if recorded(gap):
+                        continue
                     result.append(
                         PartitionOffsets(
                             table, topic, partition, increment.start, increment.end - 1,
@@ -512,28 +563,51 @@ def with_edges(
                         )
                     )  # fmt: skip
                 continue
-            if increment.expect_start and present.first_offset > increment.start:
-                gap = OffsetRange(topic, partition, increment.start, present.first_offset - 1)
+            edge = OffsetRange(topic, partition, increment.start, present.first_offset - 1)
+            if increment.expect_start and edge.count > 0 and not recorded(edge):
                 present = replace(
                     present,
-                    missing_offsets=present.missing_offsets + gap.count,
-                    gaps=[gap, *present.gaps],
+                    missing_offsets=present.missing_offsets + edge.count,
+                    gaps=[edge, *present.gaps],
                 )
             result.append(present)
     return result + list(found.values())
 
 
-def gaps_sql(source: str, limit: int) -> str:
+def gaps_sql(source: str, limit: int, recorded: str | None = None) -> str:
     """Offsets absent between the first and the last present, per topic partition, as ranges
-    ``first_offset``..``last_offset`` (a SQL statement over ``source``'s coordinates)."""
+    ``first_offset``..``last_offset`` (a SQL statement over ``source``'s coordinates), but
+    those within a range of the ``recorded`` table (bronze/skipped_offsets)."""
     return (
+        f"SELECT * FROM ({_gaps(source, recorded)}) AS g"
+        f" ORDER BY kafka_topic, kafka_partition, first_offset LIMIT {limit}"
+    )
+
+
+def missing_sql(source: str, recorded: str | None = None) -> str:
+    """Offsets absent per topic partition (``missing``): the sum of `gaps_sql`'s ranges."""
+    return (
+        "SELECT kafka_topic, kafka_partition, SUM(last_offset - first_offset + 1) AS missing"
+        f" FROM ({_gaps(source, recorded)}) AS g GROUP BY kafka_topic, kafka_partition"
+    )
+
+
+def _gaps(source: str, recorded: str | None) -> str:
+    gaps = (
         "SELECT kafka_topic, kafka_partition, previous + 1 AS first_offset,"
         " kafka_offset - 1 AS last_offset FROM ("
         " SELECT kafka_topic, kafka_partition, kafka_offset, LAG(kafka_offset) OVER"
         " (PARTITION BY kafka_topic, kafka_partition ORDER BY kafka_offset) AS previous"
         f" FROM (SELECT DISTINCT kafka_topic, kafka_partition, kafka_offset FROM {source} AS s)"
         " AS present) AS ordered WHERE kafka_offset > previous + 1"
-        f" ORDER BY kafka_topic, kafka_partition, first_offset LIMIT {limit}"
+    )
+    if recorded is None:
+        return gaps
+    return (
+        f"SELECT a.kafka_topic, a.kafka_partition, a.first_offset, a.last_offset FROM ({gaps})"
+        f" AS a LEFT JOIN {recorded} AS r ON a.kafka_topic = r.kafka_topic"
+        " AND a.kafka_partition = r.kafka_partition AND r.first_offset <= a.first_offset"
+        " AND a.last_offset <= r.last_offset WHERE r.kafka_topic IS NULL"
     )
 
 

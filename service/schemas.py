@@ -170,6 +170,23 @@ QUARANTINE_REPLAYS = StructType(
     ]
 )
 
+# Kafka offsets the ingest never read because the brokers no longer had them when the
+# driver started (retention or DeleteRecords removed them first), skipped on the
+# operator's word (INGEST_KAFKA_SKIP_LOST_OFFSETS): ``first_offset``..``last_offset``
+# of one topic partition, which reconcile then accepts as a gap in bronze.
+SKIPPED_OFFSETS = StructType(
+    [
+        StructField("kafka_topic", StringType(), nullable=False),
+        StructField("kafka_partition", IntegerType(), nullable=False),
+        StructField("first_offset", LongType(), nullable=False),
+        StructField("last_offset", LongType(), nullable=False),
+        StructField("offsets", LongType(), nullable=False),
+        StructField("skipped_at", TimestampType(), nullable=False),
+        StructField("query", StringType(), nullable=False),
+        StructField("reason", StringType(), nullable=False),
+    ]
+)
+
 # Readings dropped as duplicates (an audit of what silver/sensor_readings left out),
 # so that silver + quarantine + duplicates reconcile with bronze by Kafka coordinates.
 SENSOR_DUPLICATES = StructType(

@@ -7,8 +7,11 @@ from pyspark.sql import DataFrame, SparkSession
 from service.config import Settings
 
 
-def source_options(settings: Settings, topic: str) -> dict[str, str]:
+def source_options(settings: Settings, topic: str, skip_lost: bool = False) -> dict[str, str]:
     """Options of Spark's Kafka source for ``topic`` (pure).
+
+    ``skip_lost`` lets the source start past offsets the brokers no longer have (only
+    once `service.lost_offsets` has recorded them).
 
     A read task covers at most ``kafka_max_records_per_task`` offsets: Spark splits a
     larger Kafka partition range into equal parts. A backlog batch of a 3-partition
@@ -24,10 +27,13 @@ def source_options(settings: Settings, topic: str) -> dict[str, str]:
         "maxRecordsPerPartition": str(settings.kafka_max_records_per_task),
         "includeHeaders": "true",
         # Offsets that vanished (retention, topic recreated) must stop the query loudly.
-        "failOnDataLoss": "true",
+        "failOnDataLoss": str(not skip_lost).lower(),
     }
 
 
-def read_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+def read_topic(
+    spark: SparkSession, settings: Settings, topic: str, skip_lost: bool = False
+) -> DataFrame:
     """The streaming DataFrame of every record of ``topic``."""
-    return spark.readStream.format("kafka").options(**source_options(settings, topic)).load()
+    options = source_options(settings, topic, skip_lost)
+    return spark.readStream.format("kafka").options(**options).load()

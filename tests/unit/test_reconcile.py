@@ -14,7 +14,14 @@ from deltalake import write_deltalake
 
 from service.config import Settings
 from service.lakeview import LakeReader, LakeRequestError
-from service.reconcile import OffsetRange, Reconciliation, parse_since, reconcile
+from service.reconcile import (
+    Increment,
+    Increments,
+    OffsetRange,
+    Reconciliation,
+    parse_since,
+    reconcile,
+)
 
 T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 Coordinate = tuple[int, int]  # (partition, offset); the topic is the table's
@@ -276,3 +283,56 @@ def test_since_is_a_time_or_a_duration_back_from_now(text: str, expected: dateti
 def test_since_rejects_anything_else() -> None:
     with pytest.raises(ValueError, match="neither an ISO-8601 time"):
         parse_since("yesterday", now=T0)
+
+
+def skip(root: Path, *ranges: tuple[str, int, int, int]) -> None:
+    """Record ``ranges`` (topic, partition, first, last) in bronze/skipped_offsets."""
+    write_deltalake(
+        str(root / "bronze/skipped_offsets"),
+        pa.table(
+            {
+                "kafka_topic": pa.array([r[0] for r in ranges]),
+                "kafka_partition": pa.array([r[1] for r in ranges], pa.int32()),
+                "first_offset": pa.array([r[2] for r in ranges], pa.int64()),
+                "last_offset": pa.array([r[3] for r in ranges], pa.int64()),
+            }
+        ),
+        mode="append",
+    )
+
+
+def without(name: str, *gone: Coordinate) -> list[Coordinate]:
+    return [c for c in GOOD[name] if c not in gone]
+
+
+@pytest.mark.parametrize("increments", [None, {"sensors": {0: Increment(3, 10, True)}}])
+def test_a_gap_recorded_as_skipped_is_accepted_and_a_partly_recorded_one_is_not(
+    tmp_path: Path, increments: Increments | None
+) -> None:
+    """Offsets 3-4 of sensors/0 never reached bronze (Kafka had lost them): accepted when
+    bronze/skipped_offsets covers them, in a whole-lake check and in a periodic one
+    whose increment starts at the gap."""
+    reader = build(
+        tmp_path,
+        bronze__sensors=without("bronze/sensors", (0, 3), (0, 4)),
+        silver__sensor_readings=without("silver/sensor_readings", (0, 3), (0, 4)),
+        gold__readings_enriched=without("gold/readings_enriched", (0, 3), (0, 4)),
+    )
+    settings = Settings(storage_root=reader.root, sensors_topic="sensors", users_topic="users")
+    assert ["bronze/sensors sensors/0: 2 offsets missing (gaps: 3-4)"] == (
+        reconcile(reader, settings, None, increments).problems
+    )
+
+    skip(tmp_path, ("sensors", 0, 3, 3))
+    assert ["bronze/sensors sensors/0: 2 offsets missing (gaps: 3-4)"] == (
+        reconcile(reader, settings, None, increments).problems
+    )
+
+    skip(tmp_path, ("sensors", 0, 2, 4))
+    report = reconcile(reader, settings, None, increments)
+    assert [] == report.problems
+    assert 0 == sum(p.missing_offsets for p in report.bronze)
+    assert [("sensors", 0, 3, 3, ""), ("sensors", 0, 2, 4, "")] == sorted(
+        ranges(report.skipped), key=lambda r: r[3]
+    )
+    assert "skipped at a start" in report.to_text()
