@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
@@ -101,6 +102,35 @@ def configure_logging(
     logging.captureWarnings(True)
     # py4j logs every gateway round trip at DEBUG/INFO; keep its warnings only.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    librdkafka = logging.getLogger("librdkafka")
+    for old in [f for f in librdkafka.filters if isinstance(f, ReconnectThrottle)]:
+        librdkafka.removeFilter(old)
+    librdkafka.addFilter(ReconnectThrottle())
+
+
+class ReconnectThrottle(logging.Filter):
+    """librdkafka logs each failed connection attempt (``FAIL``) as an error, many a second
+    while a broker is down: pass one per client and broker a minute, as a warning. The
+    outage shows where on-call looks for it: the lag poll's age
+    (``kafka_lag_polled_timestamp_seconds``) and the queries' progress."""
+
+    def __init__(self, interval_seconds: float = 60.0, clock: Any = time.monotonic) -> None:
+        super().__init__()
+        self._interval = interval_seconds
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if not text.startswith("FAIL "):
+            return True
+        key = text.partition("]: ")[0]  # "FAIL [client] [thrd:broker" without the details
+        now = self._clock()
+        if now - self._last.get(key, -self._interval) < self._interval:
+            return False
+        self._last[key] = now
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 class SecretMasker:

@@ -14,7 +14,13 @@ import structlog
 from pydantic import SecretStr
 
 from service.config import Settings
-from service.logs import MASK, configure_logging, jvm_log_config, secret_values
+from service.logs import (
+    MASK,
+    ReconnectThrottle,
+    configure_logging,
+    jvm_log_config,
+    secret_values,
+)
 
 SECRET = "s3cr3t-Value-42"  # noqa: S105 - a test value to look for
 
@@ -104,3 +110,29 @@ def test_jvm_log_config_for_console_uses_a_pattern(tmp_path: Path) -> None:
 
     assert "appender.out.layout.type = PatternLayout" in text
     assert "rootLogger.level = info" in text
+
+
+def test_librdkafka_connection_failures_are_one_warning_per_client_and_broker_a_minute(
+    stream: io.StringIO,
+) -> None:
+    now = [0.0]
+    librdkafka = logging.getLogger("librdkafka")
+    [throttle] = [f for f in librdkafka.filters if isinstance(f, ReconnectThrottle)]
+    librdkafka.removeFilter(throttle)
+    librdkafka.addFilter(ReconnectThrottle(60.0, clock=lambda: now[0]))
+    fail = "FAIL [rdkafka#consumer-2] [thrd:127.0.0.1:9092/{}]: 127.0.0.1:9092/{}: Connect to"
+    for attempt in range(30):  # a broker down, reconnects every 100 ms
+        now[0] = attempt / 10
+        librdkafka.error(fail.format("bootstrap", "bootstrap") + f" failed (after {attempt}ms)")
+        librdkafka.error(fail.format("1", "1") + " failed: Connection refused")
+    librdkafka.error("Some other librdkafka error")
+    now[0] = 61.0
+    librdkafka.error(fail.format("1", "1") + " failed: Connection refused")
+
+    expected = [("warning", "bootstrap"), ("warning", "1/1"), ("error", "other")]
+    expected.append(("warning", "1/1"))  # a minute later
+    assert expected == [
+        (line["level"], "bootstrap" if "bootstrap" in line["event"]
+         else "other" if "other" in line["event"] else "1/1")
+        for line in lines(stream)
+    ]  # fmt: skip
