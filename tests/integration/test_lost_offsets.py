@@ -12,8 +12,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -33,6 +31,7 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 UNREAD = 40  # offsets of sensors partition 0 removed before the driver read them
+PARTITIONS = 3  # of the `lake` fixture's topics
 
 
 def end_offsets(bootstrap_servers: str, topic: str, partitions: int) -> dict[int, int]:
@@ -78,23 +77,13 @@ def recreate(broker: KafkaBroker, topic: str, partitions: int) -> None:
 
 
 def test_lost_offsets_refuse_the_start_until_skipped_which_records_them_for_reconcile(
-    kafka_broker: KafkaBroker, s3_env: dict[str, str], tmp_path: Path, spark: SparkSession
+    kafka_broker: KafkaBroker, lake: Lake, spark: SparkSession
 ) -> None:
-    suffix = uuid.uuid4().hex[:8]
-    lake = Lake(
-        users_topic=f"lost-users-{suffix}",
-        sensors_topic=f"lost-sensors-{suffix}",
-        storage_root=f"s3a://lakehouse/lost-offsets-{suffix}",
-        bootstrap_servers=kafka_broker.bootstrap_servers,
-        s3_env=s3_env,
-        work_dir=tmp_path,
-    )
     sensors = lake.sensors_topic
-    kafka_broker.create_topics([lake.users_topic, sensors], partitions=2)
     lake.generate("--users", "5", "--readings", "300", "--seed", "3", "--bad-fraction", "0.05")
     code, first = run_to_end(lake, "first")
     assert 0 == code, first.log_text()[-3000:]
-    read_up_to = end_offsets(lake.bootstrap_servers, sensors, 2)
+    read_up_to = end_offsets(lake.bootstrap_servers, sensors, PARTITIONS)
 
     lake.generate("--users", "5", "--readings", "300", "--seed", "4", "--bad-fraction", "0.05")
     produced = topic_coordinates(lake.bootstrap_servers, sensors)
@@ -153,7 +142,7 @@ def test_lost_offsets_refuse_the_start_until_skipped_which_records_them_for_reco
 
     # A recreated topic starts its offsets again: refused even with the skip setting, as
     # its records would reuse coordinates bronze already holds.
-    recreate(kafka_broker, sensors, 2)
+    recreate(kafka_broker, sensors, PARTITIONS)
     lake.generate("--users", "1", "--readings", "20", "--seed", "5")
     code, again = run_to_end(lake, "recreated", INGEST_KAFKA_SKIP_LOST_OFFSETS="true")
     assert 3 == code, again.log_text()[-3000:]

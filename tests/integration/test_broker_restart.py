@@ -1,0 +1,106 @@
+"""The Kafka broker stopped and killed while the generator produces and the driver ingests.
+
+A broker of its own (the session's stays up for the other tests), restarted on the same
+port and data directory. Ends reconciled by Kafka coordinates: bronze holds every record
+the topics hold, once, and silver + quarantine + duplicates = bronze.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from devstack import KafkaBroker
+from pyspark.sql import SparkSession
+
+from tests.integration.harness import REPO, Lake, assert_bronze_exactly_once
+
+pytestmark = pytest.mark.integration
+
+OUTAGE_SECONDS = 6
+
+
+def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
+    s3_env: dict[str, str], tmp_path: Path, spark: SparkSession
+) -> None:
+    with KafkaBroker(tmp_path / "kafka") as broker:
+        suffix = uuid.uuid4().hex[:8]
+        lake = Lake(
+            users_topic=f"restart-users-{suffix}",
+            sensors_topic=f"restart-sensors-{suffix}",
+            storage_root=f"s3a://lakehouse/broker-restart-{suffix}",
+            bootstrap_servers=broker.bootstrap_servers,
+            s3_env=s3_env,
+            work_dir=tmp_path,
+        )
+        broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "service", "generate", "--users", "10", "--rate", "60",
+             "--duration", "50", "--seed", "9", "--bad-fraction", "0.05",
+             "--duplicate-fraction", "0.05"],
+            cwd=REPO,
+            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        driver = lake.service("driver", "run").start()
+        try:
+            driver.wait_for_log('"event": "batch_written"', timeout=180)
+            outages = []
+            for stop in (broker.stop, broker.kill):
+                time.sleep(5)  # a few batches between the outages
+                started = time.monotonic()
+                stop()
+                time.sleep(OUTAGE_SECONDS)
+                broker.start()
+                outages.append(time.monotonic() - started)
+            out, err = producer.communicate(timeout=300)
+            assert 0 == producer.returncode, err[-3000:]
+            summary = json.loads(out.strip().splitlines()[-1])
+            time.sleep(5)
+            driver.terminate()
+            code = driver.wait(timeout=180)
+        finally:
+            producer.kill()
+            driver.cleanup()
+        # It rode both outages out: a clean stop, no error line.
+        assert 0 == code, driver.log_text()[-4000:]
+        assert [("ingest_sensors", "info"), ("ingest_users", "info")] == sorted(
+            (e["query"], e["level"]) for e in driver.events("query_terminated")
+        )  # each query ended once, by the stop
+        assert not [
+            line
+            for line in driver.log_text().splitlines()
+            if line.startswith("{") and json.loads(line).get("level") == "error"
+        ]
+        drain = lake.service("drain", "run", "--available-now").start()
+        try:
+            assert 0 == drain.wait(timeout=600), drain.log_text()[-4000:]
+        finally:
+            drain.cleanup()
+
+        bronze = assert_bronze_exactly_once(spark, lake)
+        # Every record the idempotent producer had acknowledged, none twice.
+        assert (0, summary["produced"][lake.sensors_topic]) == (
+            summary["delivery_errors"],
+            len(bronze),
+        )
+        checked = subprocess.run(
+            [sys.executable, "-m", "service", "reconcile", "--json"],
+            cwd=REPO,
+            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert 0 == checked.returncode, checked.stdout[-3000:]
+        assert len(bronze) == json.loads(checked.stdout)["sensors"]["bronze_rows"]
+        print(f"broker outages {[round(o, 1) for o in outages]} s; {len(bronze)} sensors records")
