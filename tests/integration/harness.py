@@ -245,6 +245,20 @@ class Lake:
         assert result.returncode == 0, result.stderr + result.stdout
         return result.stdout.strip().splitlines()[-1]
 
+    def reconcile(self) -> tuple[int, dict[str, Any]]:
+        """Run the ``reconcile --json`` verb on this lake: its exit code and its report."""
+        result = subprocess.run(
+            [sys.executable, "-m", "service", "reconcile", "--json"],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.stdout, result.stderr[-3000:]
+        return result.returncode, json.loads(result.stdout)
+
     def table(self, name: str) -> str:
         """URI of table ``name`` in this lake."""
         return f"{self.storage_root}/{name}"

@@ -92,15 +92,7 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
             summary["delivery_errors"],
             len(bronze),
         )
-        checked = subprocess.run(
-            [sys.executable, "-m", "service", "reconcile", "--json"],
-            cwd=REPO,
-            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert 0 == checked.returncode, checked.stdout[-3000:]
-        assert len(bronze) == json.loads(checked.stdout)["sensors"]["bronze_rows"]
+        code, report = lake.reconcile()
+        assert 0 == code, report["problems"]
+        assert len(bronze) == report["sensors"]["bronze_rows"]
         print(f"broker outages {[round(o, 1) for o in outages]} s; {len(bronze)} sensors records")

@@ -8,9 +8,6 @@ offset); the recreated topic is a real delete and create.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +17,6 @@ from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 
 from tests.integration.harness import (
-    REPO,
     Coordinates,
     Lake,
     ServiceProcess,
@@ -123,17 +119,8 @@ def test_lost_offsets_refuse_the_start_until_skipped_which_records_them_for_reco
         for r in recorded
     ]
 
-    checked = subprocess.run(
-        [sys.executable, "-m", "service", "reconcile", "--json"],
-        cwd=REPO,
-        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert 0 == checked.returncode, checked.stdout[-3000:] + checked.stderr[-2000:]
-    report = json.loads(checked.stdout)
+    code, report = lake.reconcile()
+    assert 0 == code, report["problems"]
     assert [(sensors, 0, first_lost, first_lost + UNREAD - 1)] == [
         (r["topic"], r["partition"], r["first"], r["last"]) for r in report["skipped"]
     ]
