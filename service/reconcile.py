@@ -39,6 +39,7 @@ from deltalake import DeltaTable
 
 from service.config import Settings
 from service.lakeview import LakeReader, LakeRequestError, run_sql
+from service.schemas import COORDINATES
 from service.show import plain
 from service.tables import (
     ALERTS,
@@ -57,7 +58,6 @@ from service.tables import (
     Table,
 )
 
-COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
 # At most this many offset ranges (and samples) per finding in the report; counts are exact.
 MAX_RANGES = 20
 # Gold rows are unique by these columns: a final window per key, or one row per silver reading.

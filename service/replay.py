@@ -39,7 +39,7 @@ from service.config import Settings
 from service.ingest import IngestQuery, ingest_queries, recent_readings, summarize
 from service.lease import acquire_driver_lease
 from service.reconcile import MOVED
-from service.schemas import INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
+from service.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.sinks.delta import append_once, ensure_table
 from service.sinks.users import merge_users_once
 from service.spark import build_spark
@@ -59,7 +59,6 @@ from service.transforms.validation import split_valid_invalid
 
 log = structlog.get_logger(__name__)
 
-COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
 PLANNED, REJECTED = "planned", "rejected"
 SILVER, DUPLICATE = MOVED
 _PLAN, _WRITES, _OUTCOMES = 0, 1, 2  # txn versions of a replay's commits

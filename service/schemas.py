@@ -36,6 +36,8 @@ LINEAGE = (
     StructField("kafka_offset", LongType(), nullable=False),
     StructField("kafka_timestamp", TimestampType()),
 )
+# The columns that name one Kafka record: unique in every table that keeps one row per record.
+COORDINATES = tuple(f.name for f in LINEAGE[:3])
 INGESTED_AT = StructField("ingested_at", TimestampType(), nullable=False)
 RESCUED = StructField("_rescued", StringType())
 

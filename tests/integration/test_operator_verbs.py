@@ -31,7 +31,8 @@ from pyspark.sql import functions as F
 
 from service.config import Settings
 from service.lakeview import CATALOGUE, LakeReader
-from service.reconcile import COORDINATES, Increment, reconcile
+from service.reconcile import Increment, reconcile
+from service.schemas import COORDINATES
 from service.show import ShowRequest, show
 from service.tables import ALL_TABLES
 from tests.integration.harness import REPO, Lake
