@@ -42,7 +42,9 @@ _SHARED: list[Any] = [
 _JVM_JSON_TEMPLATE = (
     '{"timestamp":{"$resolver":"timestamp","pattern":{"format":'
     '"yyyy-MM-dd\'T\'HH:mm:ss.SSSSSS\'Z\'","timeZone":"UTC"}},'
-    '"level":{"$resolver":"pattern","pattern":"%level{lowerCase=true}"},'
+    # Without stackTraceEnabled false, a pattern appends the record's stack trace.
+    '"level":{"$resolver":"pattern","pattern":"%level{lowerCase=true}",'
+    '"stackTraceEnabled":false},'
     '"logger":{"$resolver":"logger","field":"name"},'
     '"event":{"$resolver":"message","stringified":true},'
     '"source":"jvm",'
