@@ -41,5 +41,9 @@ class QueryFailedError(IngestError):
     """A streaming query terminated with an exception; the checkpoint makes a restart safe."""
 
 
+class StorageAccessDeniedError(QueryFailedError):
+    """The storage refused a query's request (HTTP 401/403: credentials revoked or rotated)."""
+
+
 class QueryNotBoundError(IngestError):
     """A micro-batch started before its query was bound to its checkpoint's id."""

@@ -26,18 +26,19 @@ Coordinates = set[tuple[str, int, int]]
 
 @dataclass
 class ServiceProcess:
-    """``python -m service ARGS`` in its own process group, logging to a file."""
+    """``python -m MODULE ARGS`` (the service) in its own process group, logging to a file."""
 
     env: Mapping[str, str]
     log_path: Path
     args: tuple[str, ...] = ("run",)
+    module: str = "service"
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self) -> ServiceProcess:
         """Launch the service."""
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             cwd=REPO,
             env={**os.environ, **self.env},
             stdout=log,
@@ -88,13 +89,13 @@ class ServiceProcess:
         """Everything the service printed so far."""
         return self.log_path.read_text(errors="replace")
 
-    def events(self, event: str) -> list[dict[str, Any]]:
-        """The JSON log lines named ``event`` printed so far, in order."""
+    def events(self, event: str | None = None) -> list[dict[str, Any]]:
+        """The JSON log lines named ``event`` (None: all) printed so far, in order."""
         lines = []
         for line in self.log_text().splitlines():
             with contextlib.suppress(ValueError):
                 parsed = json.loads(line)
-                if isinstance(parsed, dict) and parsed.get("event") == event:
+                if isinstance(parsed, dict) and event in (None, parsed.get("event")):
                     lines.append(parsed)
         return lines
 

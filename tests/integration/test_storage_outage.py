@@ -1,0 +1,198 @@
+"""The S3 server stopped for 30 s and for 3 min, and its credentials revoked, under load.
+
+A MinIO of its own (the session's serves the other tests), restarted on the same port
+and data directory; "revoked" is the same server restarted with other root
+credentials, so every request of the driver is answered 403. The generator produces
+throughout and a continuous driver ingests. During each fault /readyz answers 503;
+after it the driver is ready again (or, had it exited 1, a restart would resume).
+Ends reconciled by Kafka coordinates: bronze holds every produced record once and
+silver + quarantine + duplicates = bronze (the reconcile verb), every table readable
+by delta-rs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devstack import KafkaBroker, MinioServer, free_port
+
+from service.lakeview import LakeReader, delta_rs_uri, run_sql
+from service.tables import BRONZE_SENSORS, BRONZE_USERS
+from tests.integration.harness import REPO, Lake, ServiceProcess, topic_coordinates
+
+pytestmark = pytest.mark.integration
+
+
+def _readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def _watch(port: int, seconds: float) -> list[int]:
+    """/readyz every second for ``seconds``."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.append(_readyz(port))
+        time.sleep(1)
+    return seen
+
+
+def _until_ready(port: int, driver: ServiceProcess, timeout: float) -> float:
+    """Seconds until /readyz answers 200 again."""
+    started = time.monotonic()
+    while _readyz(port) != 200:
+        assert driver.alive(), driver.log_text()[-4000:]
+        assert time.monotonic() - started < timeout, driver.log_text()[-4000:]
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+def _outage(minio: MinioServer, seconds: float, port: int) -> list[int]:
+    minio.stop()
+    return _watch(port, seconds)
+
+
+def _revoked(minio: MinioServer, seconds: float, port: int) -> list[int]:
+    minio.stop()
+    good = (minio.access_key, minio.secret_key)
+    minio.access_key, minio.secret_key = "rotated-admin", "rotated-secret-1234"
+    try:
+        minio.start()
+        return _watch(port, seconds)
+    finally:
+        minio.stop()
+        minio.access_key, minio.secret_key = good
+
+
+def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_nothing(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    with MinioServer(tmp_path / "minio") as minio:
+        minio.create_bucket("lakehouse")
+        s3_env = {
+            "AWS_ENDPOINT_URL": minio.endpoint_url,
+            "AWS_ACCESS_KEY_ID": minio.access_key,
+            "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+            "AWS_REGION": "us-east-1",
+        }
+        suffix = uuid.uuid4().hex[:8]
+        lake = Lake(
+            users_topic=f"outage-users-{suffix}",
+            sensors_topic=f"outage-sensors-{suffix}",
+            storage_root=f"s3a://lakehouse/outage-{suffix}",
+            bootstrap_servers=kafka_broker.bootstrap_servers,
+            s3_env=s3_env,
+            work_dir=tmp_path,
+        )
+        kafka_broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "service", "generate", "--users", "10", "--rate", "40",
+             "--duration", "330", "--seed", "5", "--bad-fraction", "0.05",
+             "--duplicate-fraction", "0.05"],
+            cwd=REPO,
+            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        port = free_port()
+        drivers = [lake.service("driver-0", "run", INGEST_HTTP_PORT=str(port)).start()]
+        faults: list[tuple[str, Callable[[], list[int]]]] = [
+            ("stopped 30 s", lambda: _outage(minio, 30, port)),
+            ("credentials revoked 20 s", lambda: _revoked(minio, 20, port)),
+            ("stopped 3 min", lambda: _outage(minio, 180, port)),
+        ]
+        report: dict[str, dict[str, Any]] = {}
+        try:
+            drivers[0].wait_for_log('"event": "batch_written"', timeout=180)
+            _until_ready(port, drivers[0], 60)
+            for name, fault in faults:
+                time.sleep(5)
+                statuses = fault()
+                minio.start()
+                restored = time.monotonic()
+                driver = drivers[-1]
+                exit_code = None if driver.alive() else driver.wait(timeout=5)
+                if exit_code is not None:  # it stopped; the platform would restart it
+                    drivers.append(
+                        lake.service(f"driver-{len(drivers)}", "run", INGEST_HTTP_PORT=str(port))
+                        .start()
+                    )  # fmt: skip
+                _until_ready(port, drivers[-1], 180)
+                report[name] = {
+                    "not_ready_s": sum(1 for c in statuses if c != 200),
+                    "watched_s": len(statuses),
+                    "exit": exit_code,
+                    "failed": [(e["error_class"], e["error"]) for e in driver.events("failed")],
+                    "ready_again_s": round(time.monotonic() - restored, 1),
+                }
+                # Not ready from the lease TTL (8 s) on, to the end of the fault.
+                assert 200 not in statuses[10:], (name, statuses)
+            out, err = producer.communicate(timeout=400)
+            assert 0 == producer.returncode, err
+            drivers[-1].terminate()
+            assert 0 == drivers[-1].wait(timeout=120), drivers[-1].log_text()[-4000:]
+        finally:
+            if producer.poll() is None:
+                producer.kill()
+            for driver in drivers:
+                driver.cleanup()
+        print(json.dumps(report))
+        revoked = report["credentials revoked 20 s"]
+        # Under load the first write after the rotation meets the 403 and stops the driver,
+        # with one line that names the store and the status; then a restart resumes.
+        assert 1 == revoked["exit"], revoked
+        [(error_class, failed)] = revoked["failed"]
+        assert "StorageAccessDeniedError" == error_class, failed
+        assert "the storage s3a://lakehouse refused this driver (HTTP 403" in failed, failed
+        assert "StorageUnreachable.md" in failed
+        for name in ("stopped 30 s", "stopped 3 min"):
+            outcome = report[name]
+            # Ridden out, or stopped with exit 1 and one line saying why.
+            assert (outcome["exit"], len(outcome["failed"])) in ((None, 0), (1, 1)), outcome
+        for driver in drivers:
+            levels = {e.get("level") for e in driver.events()}
+            assert levels <= {"debug", "info", "warn", "warning", "error"}, levels
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert 0 == summary["delivery_errors"]
+        drain = lake.service("drain", "run", "--available-now").start()
+        try:
+            assert 0 == drain.wait(timeout=300), drain.log_text()[-4000:]
+        finally:
+            drain.cleanup()
+
+        reader = LakeReader(delta_rs_uri(lake.storage_root), {**s3_env, "AWS_ALLOW_HTTP": "true"})
+        for topic, table in (
+            (lake.users_topic, BRONZE_USERS),
+            (lake.sensors_topic, BRONZE_SENSORS),
+        ):
+            rows = run_sql(
+                {"t": reader.open(table)},
+                "SELECT kafka_topic, kafka_partition, kafka_offset FROM t",
+            ).to_pylist()
+            landed = {(r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]) for r in rows}
+            assert topic_coordinates(lake.bootstrap_servers, topic) == landed, table.name
+            assert len(landed) == len(rows), table.name
+            sensors = landed
+        code, reconciled = lake.reconcile()
+        assert 0 == code, reconciled
+        # Every table reads whole with delta-rs, Arrow-validated.
+        tables = lake.delta_rs_rows()
+        assert tables["bronze/sensors"] == len(sensors), tables
