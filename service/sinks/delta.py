@@ -61,15 +61,22 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> N
 
 def _checksum_txn_version(snapshot: Any, txn_app_id: str) -> int | None:
     """The app id's recorded version per the snapshot's checksum (-1: none), None if unknown."""
+    recorded = _checksum_transactions(snapshot)
+    return None if recorded is None else recorded.get(txn_app_id, -1)
+
+
+def _checksum_transactions(snapshot: Any) -> dict[str, int] | None:
+    """Every app id's recorded version per the snapshot's checksum file, None if it has none
+    (no checksum, or one written without them): reading it runs no Spark job."""
     checksum = snapshot.checksumOpt()
     if checksum.isEmpty() or checksum.get().setTransactions().isEmpty():
         return None
+    result: dict[str, int] = {}
     recorded = checksum.get().setTransactions().get().iterator()
     while recorded.hasNext():
         action = recorded.next()
-        if action.appId() == txn_app_id:
-            return int(action.version())
-    return -1
+        result[str(action.appId())] = int(action.version())
+    return result
 
 
 def _same_columns(schema: StructType, table_schema_json: str) -> bool:
@@ -102,14 +109,20 @@ def _append_with_writer_options(df: DataFrame, uri: str, txn_app_id: str, txn_ve
 
 
 def table_transactions(spark: SparkSession, uri: str) -> dict[str, int] | None:
-    """The table's latest ``txn`` version per app id, or None if no Delta table is at ``uri``."""
+    """The table's latest ``txn`` version per app id, or None if no Delta table is at ``uri``.
+
+    From the version's checksum file when it lists them (as `append_once` reads it);
+    otherwise from the table state, which reconstructing costs a Spark job (~1 s).
+    """
     if not DeltaTable.isDeltaTable(spark, uri):
         return None
     jvm: Any = spark.sparkContext._jvm
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
     snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    transactions = snapshot.transactions()
-    iterator = transactions.iterator()
+    recorded = _checksum_transactions(snapshot)
+    if recorded is not None:
+        return recorded
+    iterator = snapshot.transactions().iterator()
     result: dict[str, int] = {}
     while iterator.hasNext():
         pair = iterator.next()
