@@ -194,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run the command, map failures to exit codes."""
     args = _parser().parse_args(argv)
     from service.config import load_settings
+    from service.failures import local_disk_full
     from service.logs import configure_logging, secret_values
 
     log = structlog.get_logger("service")
@@ -281,7 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IngestError as e:
         log.error("failed", error_class=type(e).__name__, error=str(e))
         return EXIT_FAILURE
-    except Exception:
+    except Exception as e:
+        # Jobs outside a query (table preparation, the checkpoint checks) fail here.
+        full = local_disk_full(str(e), settings.spark_local_dir)
+        if full is not None:
+            log.error("failed", error_class=type(full).__name__, error=str(full))
+            return EXIT_FAILURE
         log.exception("crashed")
         return EXIT_FAILURE
 

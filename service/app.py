@@ -7,7 +7,6 @@ Exit codes (see ``service.__main__``): 0 after a clean stop (SIGTERM/SIGINT, or
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
 from service.driver_view import DriverView, QueryNow
-from service.errors import QueryFailedError, StorageAccessDeniedError
+from service.failures import query_failure
 from service.gold import GoldQuery, GoldWriter, gold_queries, start_gold_query
 from service.http import liveness_verdict, readiness_verdict, serve_http
 from service.ingest import (
@@ -176,7 +175,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             handle = start_ingest_query(spark, settings, spec, writer, available_now, skip_lost)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
-            _wait(running, stop_requested, lease, available_now, settings.stop_timeout_seconds)
+            _wait(running, stop_requested, lease, available_now, settings)
         for gold in _gold(settings):
             if stop_requested.is_set():
                 break
@@ -193,7 +192,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             storage_root=settings.storage_uri,
             http_port=server.server_address[1],
         )
-        _wait(running, stop_requested, lease, available_now, settings.stop_timeout_seconds)
+        _wait(running, stop_requested, lease, available_now, settings)
     except BaseException:
         _interrupt_all(running)
         raise
@@ -216,45 +215,19 @@ def _wait(
     stop_requested: threading.Event,
     lease: DriverLease,
     available_now: bool,
-    stop_timeout: float,
+    settings: Settings,
 ) -> None:
     while True:
         lease.check()
         for query in running:
             if not query.handle.isActive and (error := query.handle.exception()) is not None:
-                raise query_failure(query.spec.name, str(error))
+                raise query_failure(query.spec.name, str(error), settings.spark_local_dir)
         if available_now and not any(q.handle.isActive for q in running):
             return
         if stop_requested.is_set():
-            _stop_gracefully(running, stop_timeout)
+            _stop_gracefully(running, settings.stop_timeout_seconds)
             return
         stop_requested.wait(_POLL_SECONDS)
-
-
-# s3a's translation of an HTTP 401/403 (and the JVM's for a local permission denial).
-_ACCESS_DENIED = re.compile(r"java\.nio\.file\.AccessDeniedException: (\S+?): ")
-_HTTP_STATUS = re.compile(r"Status Code: (\d{3})")
-
-
-def query_failure(query: str, error: str) -> QueryFailedError:
-    """What a query's failure stops the driver with: a refused storage request names the
-    store, the status and the runbook in one line instead of Spark's whole report."""
-    denied = _ACCESS_DENIED.search(error)
-    if denied is None:
-        return QueryFailedError(f"query {query} failed: {error}")
-    path = denied.group(1)
-    status = _HTTP_STATUS.search(error)
-    store = "/".join(path.split("/")[:3]) if "://" in path else path
-    why = (
-        f"HTTP {status.group(1)}: its credentials were revoked or rotated, or lack permission"
-        if status
-        else "permission denied"
-    )
-    return StorageAccessDeniedError(
-        f"query {query} stopped: the storage {store} refused this driver ({why}) on {path}. "
-        "The batch is not committed to its checkpoint and replays exactly once on restart; "
-        "restore access and restart (docs/runbooks/StorageUnreachable.md)"
-    )
 
 
 def _stop_gracefully(running: list[RunningQuery], timeout: float) -> None:

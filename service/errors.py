@@ -45,5 +45,9 @@ class StorageAccessDeniedError(QueryFailedError):
     """The storage refused a query's request (HTTP 401/403: credentials revoked or rotated)."""
 
 
+class LocalDiskFullError(QueryFailedError):
+    """Spark's local directory (shuffle and spill files) has no space left."""
+
+
 class QueryNotBoundError(IngestError):
     """A micro-batch started before its query was bound to its checkpoint's id."""

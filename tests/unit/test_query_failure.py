@@ -1,7 +1,7 @@
 """The line a failed query stops the driver with."""
 
-from service.app import query_failure
-from service.errors import QueryFailedError, StorageAccessDeniedError
+from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
+from service.failures import local_disk_full, query_failure
 
 # What Spark reported when MinIO's credentials were rotated under a running driver.
 REVOKED = (
@@ -14,7 +14,7 @@ REVOKED = (
 
 
 def test_a_refused_storage_request_names_the_store_status_and_runbook() -> None:
-    error = query_failure("ingest_sensors", REVOKED)
+    error = query_failure("ingest_sensors", REVOKED, None)
     assert isinstance(error, StorageAccessDeniedError)
     assert str(error) == (
         "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver "
@@ -27,13 +27,29 @@ def test_a_refused_storage_request_names_the_store_status_and_runbook() -> None:
 
 def test_a_local_permission_denial_is_named_as_such() -> None:
     error = query_failure(
-        "ingest_users", "java.nio.file.AccessDeniedException: /lake/bronze/users: denied"
+        "ingest_users", "java.nio.file.AccessDeniedException: /lake/bronze/users: denied", None
     )
     assert isinstance(error, StorageAccessDeniedError)
     assert "the storage /lake/bronze/users refused this driver (permission denied)" in str(error)
 
 
 def test_any_other_failure_keeps_spark_s_report() -> None:
-    error = query_failure("ingest_users", "java.lang.OutOfMemoryError: Java heap space")
+    error = query_failure("ingest_users", "java.lang.OutOfMemoryError: Java heap space", "/x")
     assert type(error) is QueryFailedError
     assert str(error) == "query ingest_users failed: java.lang.OutOfMemoryError: Java heap space"
+
+
+def test_a_full_local_dir_names_the_directory_and_the_setting() -> None:
+    spark_error = (
+        "Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent "
+        "failure: Lost task 0.0 (TID 0): java.io.IOException: No space left on device"
+    )
+    error = query_failure("ingest_sensors", spark_error, "/scratch/spark")
+    assert isinstance(error, LocalDiskFullError)
+    assert str(error).startswith(
+        "query ingest_sensors stopped: Spark's local directory /scratch/spark has no space left"
+    )
+    assert "INGEST_SPARK_LOCAL_DIR" in str(error)
+    default = local_disk_full(spark_error, None)
+    assert default is not None and "/tmp (Spark's default)" in str(default)
+    assert local_disk_full("java.io.IOException: Connection reset", None) is None

@@ -1,0 +1,60 @@
+"""What a failure stops the driver with: the few an operator can act on, named in one line.
+
+Spark reports a failed job or query as one long text (the JVM exception, its causes and
+the query plan). Two causes in it have a clear remedy and get their own error and
+message: the storage refusing the driver (HTTP 401/403) and a full local directory.
+"""
+
+from __future__ import annotations
+
+import re
+
+from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
+
+# s3a's translation of an HTTP 401/403 (and the JVM's for a local permission denial).
+_ACCESS_DENIED = re.compile(r"java\.nio\.file\.AccessDeniedException: (\S+?): ")
+_HTTP_STATUS = re.compile(r"Status Code: (\d{3})")
+_NO_SPACE = "No space left on device"
+# Spark's default when neither spark.local.dir nor SPARK_LOCAL_DIRS is set.
+_DEFAULT_LOCAL_DIR = "/tmp"
+
+
+def storage_access_denied(error: str) -> StorageAccessDeniedError | None:
+    """The storage refused a request in ``error``: the store, the status and the runbook."""
+    denied = _ACCESS_DENIED.search(error)
+    if denied is None:
+        return None
+    path = denied.group(1)
+    status = _HTTP_STATUS.search(error)
+    store = "/".join(path.split("/")[:3]) if "://" in path else path
+    why = (
+        f"HTTP {status.group(1)}: its credentials were revoked or rotated, or lack permission"
+        if status
+        else "permission denied"
+    )
+    return StorageAccessDeniedError(
+        f"the storage {store} refused this driver ({why}) on {path}. "
+        "The batch is not committed to its checkpoint and replays exactly once on restart; "
+        "restore access and restart (docs/runbooks/StorageUnreachable.md)"
+    )
+
+
+def local_disk_full(error: str, local_dir: str | None) -> LocalDiskFullError | None:
+    """A write to Spark's local directory (shuffle and spill files) found no space."""
+    if _NO_SPACE not in error:
+        return None
+    where = local_dir or f"{_DEFAULT_LOCAL_DIR} (Spark's default)"
+    return LocalDiskFullError(
+        f"Spark's local directory {where} has no space left: its shuffle and spill files "
+        "could not be written. The batch is not committed to its checkpoint and replays "
+        "exactly once on restart: free space there, or set INGEST_SPARK_LOCAL_DIR to a "
+        "larger volume, and restart (docs/runbooks/DriverRestarting.md)"
+    )
+
+
+def query_failure(query: str, error: str, local_dir: str | None) -> QueryFailedError:
+    """The error a failed query stops the driver with."""
+    named = storage_access_denied(error) or local_disk_full(error, local_dir)
+    if named is None:
+        return QueryFailedError(f"query {query} failed: {error}")
+    return type(named)(f"query {query} stopped: {named}")
