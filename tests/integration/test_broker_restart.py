@@ -95,4 +95,6 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
         code, report = lake.reconcile()
         assert 0 == code, report["problems"]
         assert len(bronze) == report["sensors"]["bronze_rows"]
+        # Every table reads whole with delta-rs, Arrow-validated, with the rows reconciled.
+        assert len(bronze) == lake.delta_rs_rows()["bronze/sensors"]
         print(f"broker outages {[round(o, 1) for o in outages]} s; {len(bronze)} sensors records")

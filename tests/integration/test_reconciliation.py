@@ -1,14 +1,13 @@
 """Nothing lost, nothing doubled: bronze and silver reconcile by Kafka coordinates after kill -9.
 
 Real Kafka (3 partitions per topic), a real S3 server, the real service as a child
-process killed with SIGKILL three times at random moments and restarted.
+process killed with SIGKILL at ten named points of a batch's commits (see
+`PHASES`), restarted after each, then drained.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +20,7 @@ from service.transforms.validation import ERROR_CODES
 from tests.integration.harness import (
     KafkaRecord,
     Lake,
+    ServiceProcess,
     assert_bronze_exactly_once,
     table_coordinates,
     topic_records,
@@ -29,6 +29,22 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 PROFILE = ("first_name", "last_name", "dob", "gender", "country")
+
+# Where each driver is killed (`tests.integration.crash_at`), one after the other:
+# before, between and after the commits of a batch of each query, and between its
+# last table commit and its checkpoint commit.
+PHASES = (
+    "before:bronze/users",
+    "after:bronze/users",
+    "after:silver/users",
+    "checkpoint:ingest_users",
+    "before:bronze/sensors",
+    "after:bronze/sensors",
+    "after:silver/quarantine",
+    "after:silver/sensor_duplicates",
+    "after:silver/sensor_readings",
+    "checkpoint:ingest_sensors",
+)
 
 
 @dataclass(frozen=True)
@@ -74,38 +90,39 @@ def expected_users(records: list[KafkaRecord]) -> dict[int, ExpectedUser]:
     return result
 
 
-def test_bronze_and_silver_reconcile_by_offsets_after_repeated_kill_9(
+def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_phase(
     spark: SparkSession, lake: Lake
 ) -> None:
     summary = json.loads(
         lake.generate(
-            "--users", "100000", "--readings", "200000", "--seed", "11",
+            "--users", "10000", "--readings", "40000", "--seed", "11",
             "--bad-fraction", "0.05", "--late-fraction", "0.05", "--duplicate-fraction", "0.02",
             "--user-update-fraction", "0.05", "--tombstone-fraction", "0.01",
         )
     )  # fmt: skip
     categories = summary["by_category"]
     assert 0 == summary["delivery_errors"]
-    assert categories["sensors.bad"] > 9000 and categories["sensors.duplicate"] > 3000
-    assert categories["users.tombstone"] > 1000 and categories["users.stale_update"] > 1000
+    assert categories["sensors.bad"] > 1500 and categories["sensors.duplicate"] > 500
+    assert categories["users.tombstone"] > 50 and categories["users.stale_update"] > 50
 
-    rng = random.Random(2026)
-    batches = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "50000"}
-    for attempt in range(3):
-        driver = lake.service(f"crash-{attempt}", **batches).start()
+    # A few batches per driver, so each phase meets a batch of both queries with rows
+    # for every table; the final drain takes larger ones.
+    small = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "2000"}
+    for attempt, phase in enumerate(PHASES):
+        driver = ServiceProcess(
+            lake.env(CRASH_AT=phase, **small),
+            lake.work_dir / f"crash-{attempt}.log",
+            ("run",),
+            module="tests.integration.crash_at",
+        ).start()
         try:
-            driver.wait_for_log('"event": "running"', timeout=180)
-            if attempt:  # mid-stream: after some batches, at a random point of the next ones
-                driver.wait_for_log(
-                    '"event": "batch_written"', timeout=300, count=rng.randint(1, 3)
-                )
-            # The first kill may land before any batch commits.
-            time.sleep(rng.uniform(0.5, 10.0))
-            assert driver.alive(), driver.log_text()[-3000:]
-            driver.kill9()
+            assert -9 == driver.wait(timeout=300), driver.log_text()[-4000:]
+            assert [phase] == [e["phase"] for e in driver.events("crash_point")]
         finally:
             driver.cleanup()
-    final = lake.service("final", "run", "--available-now", **batches).start()
+    final = lake.service(
+        "final", "run", "--available-now", INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="50000"
+    ).start()
     try:
         assert 0 == final.wait(timeout=900), final.log_text()[-4000:]
     finally:

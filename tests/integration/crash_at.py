@@ -1,0 +1,81 @@
+"""``python -m tests.integration.crash_at ARGS``: the service, SIGKILLed at one commit phase.
+
+The phase is ``CRASH_AT`` in the environment:
+
+- ``before:<table>``: when a batch is about to write ``<table>`` (its offsets are
+  in the checkpoint, none of its tables may hold it yet);
+- ``after:<table>``: right after a batch's commit to ``<table>`` (a write that
+  a replay skipped is not a commit and does not count);
+- ``checkpoint:<query>``: after every table write of a batch of ``<query>``
+  returned, before Spark commits the batch to the checkpoint.
+
+At the first such point the whole process group (Python and the Spark JVM) is killed
+with SIGKILL, as `ServiceProcess.kill9` does, after one ``crash_point`` line on stdout.
+The service's own write functions run unchanged; they are wrapped, not replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+import service.ingest
+from service.__main__ import main
+from service.sinks.delta import append_once, table_transactions
+from service.sinks.users import merge_users_once
+
+PHASE = os.environ["CRASH_AT"]
+
+
+def crash(phase: str) -> None:
+    """Kill this driver's process group now."""
+    os.write(1, (json.dumps({"event": "crash_point", "phase": phase}) + "\n").encode())
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _table(uri: str) -> str:
+    return "/".join(uri.rstrip("/").split("/")[-2:])
+
+
+def _committed(df: DataFrame, uri: str, app_id: str) -> int:
+    return (table_transactions(df.sparkSession, uri) or {}).get(app_id, -1)
+
+
+def crashing(write: Callable[[DataFrame, str, str, int], None]) -> Callable[..., None]:
+    """``write`` (an idempotent table write), with the ``before``/``after`` points."""
+
+    def wrapped(df: DataFrame, uri: str, app_id: str, version: int) -> None:
+        table = _table(uri)
+        if PHASE == f"before:{table}":
+            crash(PHASE)
+        was = _committed(df, uri, app_id) if PHASE == f"after:{table}" else None
+        write(df, uri, app_id, version)
+        if was is not None and _committed(df, uri, app_id) > was:
+            crash(PHASE)
+
+    return wrapped
+
+
+def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
+    def wrapped(self: Any, batch: DataFrame, batch_id: int) -> None:
+        call(self, batch, batch_id)
+        if PHASE == f"checkpoint:{self.query.name}":
+            crash(PHASE)
+
+    return wrapped
+
+
+service.ingest.append_once = crashing(append_once)  # type: ignore[attr-defined]
+service.ingest.merge_users_once = crashing(merge_users_once)  # type: ignore[attr-defined]
+service.ingest.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
+    service.ingest.BatchWriter.__call__
+)
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
