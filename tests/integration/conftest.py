@@ -1,7 +1,6 @@
 """Session-wide real servers on loopback: a Kafka broker and MinIO."""
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,14 +63,4 @@ def lake(
     tmp_path: Path,
 ) -> Lake:
     """Fresh topics (3 partitions) and a fresh s3a storage root for one test."""
-    suffix = uuid.uuid4().hex[:8]
-    lake = Lake(
-        users_topic=f"users-{suffix}",
-        sensors_topic=f"sensors-{suffix}",
-        storage_root=f"s3a://lakehouse/{request.node.name[:40]}-{suffix}",
-        bootstrap_servers=kafka_broker.bootstrap_servers,
-        s3_env=s3_env,
-        work_dir=tmp_path,
-    )
-    kafka_broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
-    return lake
+    return Lake.fresh(request.node.name, kafka_broker, s3_env, tmp_path)

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from devstack import KafkaBroker
 from pyspark.sql import Column, SparkSession
 
 from service.lakeview import LakeReader, delta_rs_uri
@@ -231,6 +233,34 @@ class Lake:
     def service(self, name: str, *args: str, **env: str) -> ServiceProcess:
         """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""
         return ServiceProcess(self.env(**env), self.work_dir / f"{name}.log", args or ("run",))
+
+    @classmethod
+    def fresh(
+        cls, name: str, broker: KafkaBroker, s3_env: Mapping[str, str], work_dir: Path
+    ) -> Lake:
+        """New 3-partition topics on ``broker`` and a new storage root, named after ``name``."""
+        suffix = uuid.uuid4().hex[:8]
+        lake = cls(
+            users_topic=f"users-{suffix}",
+            sensors_topic=f"sensors-{suffix}",
+            storage_root=f"s3a://lakehouse/{name[:40]}-{suffix}",
+            bootstrap_servers=broker.bootstrap_servers,
+            s3_env=s3_env,
+            work_dir=work_dir,
+        )
+        broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+        return lake
+
+    def producing(self, *args: str) -> subprocess.Popen[str]:
+        """The generator started with ``args`` (a rate for a duration), not waited for."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "service", "generate", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def generate(self, *args: str, **env: str) -> str:
         """Run the generator to completion and return its summary line."""

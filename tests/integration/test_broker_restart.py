@@ -8,18 +8,14 @@ the topics hold, once, and silver + quarantine + duplicates = bronze.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 
-from tests.integration.harness import REPO, Lake, assert_bronze_exactly_once
+from tests.integration.harness import Lake, assert_bronze_exactly_once
 
 pytestmark = pytest.mark.integration
 
@@ -30,25 +26,10 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
     s3_env: dict[str, str], tmp_path: Path, spark: SparkSession
 ) -> None:
     with KafkaBroker(tmp_path / "kafka") as broker:
-        suffix = uuid.uuid4().hex[:8]
-        lake = Lake(
-            users_topic=f"restart-users-{suffix}",
-            sensors_topic=f"restart-sensors-{suffix}",
-            storage_root=f"s3a://lakehouse/broker-restart-{suffix}",
-            bootstrap_servers=broker.bootstrap_servers,
-            s3_env=s3_env,
-            work_dir=tmp_path,
-        )
-        broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
-        producer = subprocess.Popen(
-            [sys.executable, "-m", "service", "generate", "--users", "10", "--rate", "60",
-             "--duration", "50", "--seed", "9", "--bad-fraction", "0.05",
-             "--duplicate-fraction", "0.05"],
-            cwd=REPO,
-            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        lake = Lake.fresh("broker-restart", broker, s3_env, tmp_path)
+        producer = lake.producing(
+            "--users", "10", "--rate", "60", "--duration", "50", "--seed", "9",
+            "--bad-fraction", "0.05", "--duplicate-fraction", "0.05",
         )  # fmt: skip
         driver = lake.service("driver", "run").start()
         try:

@@ -13,13 +13,9 @@ by delta-rs.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,7 @@ from devstack import KafkaBroker, MinioServer, free_port
 
 from service.lakeview import LakeReader, delta_rs_uri, run_sql
 from service.tables import BRONZE_SENSORS, BRONZE_USERS
-from tests.integration.harness import REPO, Lake, ServiceProcess, topic_coordinates
+from tests.integration.harness import Lake, ServiceProcess, topic_coordinates
 
 pytestmark = pytest.mark.integration
 
@@ -92,25 +88,10 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
             "AWS_SECRET_ACCESS_KEY": minio.secret_key,
             "AWS_REGION": "us-east-1",
         }
-        suffix = uuid.uuid4().hex[:8]
-        lake = Lake(
-            users_topic=f"outage-users-{suffix}",
-            sensors_topic=f"outage-sensors-{suffix}",
-            storage_root=f"s3a://lakehouse/outage-{suffix}",
-            bootstrap_servers=kafka_broker.bootstrap_servers,
-            s3_env=s3_env,
-            work_dir=tmp_path,
-        )
-        kafka_broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
-        producer = subprocess.Popen(
-            [sys.executable, "-m", "service", "generate", "--users", "10", "--rate", "40",
-             "--duration", "330", "--seed", "5", "--bad-fraction", "0.05",
-             "--duplicate-fraction", "0.05"],
-            cwd=REPO,
-            env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING")},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        lake = Lake.fresh("storage-outage", kafka_broker, s3_env, tmp_path)
+        producer = lake.producing(
+            "--users", "10", "--rate", "40", "--duration", "330", "--seed", "5",
+            "--bad-fraction", "0.05", "--duplicate-fraction", "0.05",
         )  # fmt: skip
         port = free_port()
         drivers = [lake.service("driver-0", "run", INGEST_HTTP_PORT=str(port)).start()]
