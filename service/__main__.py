@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run the command, map failures to exit codes."""
     args = _parser().parse_args(argv)
     from service.config import load_settings
-    from service.failures import local_disk_full
+    from service.failures import named_failure
     from service.logs import configure_logging, secret_values
 
     log = structlog.get_logger("service")
@@ -284,9 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except Exception as e:
         # Jobs outside a query (table preparation, the checkpoint checks) fail here.
-        full = local_disk_full(str(e), settings.spark_local_dir)
-        if full is not None:
-            log.error("failed", error_class=type(full).__name__, error=str(full))
+        named = named_failure(str(e), settings.spark_local_dir)
+        if named is not None:
+            log.error("failed", error_class=type(named).__name__, error=str(named))
             return EXIT_FAILURE
         log.exception("crashed")
         return EXIT_FAILURE

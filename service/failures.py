@@ -3,17 +3,24 @@
 Spark reports a failed job or query as one long text (the JVM exception, its causes and
 the query plan). Two causes in it have a clear remedy and get their own error and
 message: the storage refusing the driver (HTTP 401/403) and a full local directory.
+The lease, taken through boto3 before any Spark job, names a refusal the same way.
 """
 
 from __future__ import annotations
 
 import re
 
+from botocore.exceptions import ClientError
+
 from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
 
 # s3a's translation of an HTTP 401/403 (and the JVM's for a local permission denial).
 _ACCESS_DENIED = re.compile(r"java\.nio\.file\.AccessDeniedException: (\S+?): ")
 _HTTP_STATUS = re.compile(r"Status Code: (\d{3})")
+# A streaming query's own checkpoint writes report the same refusal without the class
+# name: "s3a://…/offsets/4: getFileStatus on …: S3Exception: … Status Code: 403 …".
+_HTTP_DENIED = re.compile(r"Status Code: 40[13]\b")
+_S3A_PATH = re.compile(r"s3a://[^\s:]+")
 _NO_SPACE = "No space left on device"
 # Spark's default when neither spark.local.dir nor SPARK_LOCAL_DIRS is set.
 _DEFAULT_LOCAL_DIR = "/tmp"
@@ -22,9 +29,12 @@ _DEFAULT_LOCAL_DIR = "/tmp"
 def storage_access_denied(error: str) -> StorageAccessDeniedError | None:
     """The storage refused a request in ``error``: the store, the status and the runbook."""
     denied = _ACCESS_DENIED.search(error)
-    if denied is None:
+    if denied is not None:
+        path = denied.group(1)
+    elif _HTTP_DENIED.search(error) and (s3a := _S3A_PATH.search(error)):
+        path = s3a.group(0)
+    else:
         return None
-    path = denied.group(1)
     status = _HTTP_STATUS.search(error)
     store = "/".join(path.split("/")[:3]) if "://" in path else path
     why = (
@@ -52,9 +62,28 @@ def local_disk_full(error: str, local_dir: str | None) -> LocalDiskFullError | N
     )
 
 
+def named_failure(error: str, local_dir: str | None) -> QueryFailedError | None:
+    """The failure with a named remedy that Spark's report ``error`` shows, if any."""
+    return storage_access_denied(error) or local_disk_full(error, local_dir)
+
+
+def storage_refused(error: ClientError, uri: str) -> StorageAccessDeniedError | None:
+    """A request to ``uri`` that the storage refused (HTTP 401/403), named like s3a's."""
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if status not in (401, 403):
+        return None
+    code = error.response.get("Error", {}).get("Code", "")
+    store = "/".join(uri.split("/")[:3])
+    return StorageAccessDeniedError(
+        f"the storage {store} refused this driver (HTTP {status} {code}: its credentials "
+        f"were revoked or rotated, or lack permission) on {uri}. Nothing was written; "
+        "restore access and restart (docs/runbooks/StorageUnreachable.md)"
+    )
+
+
 def query_failure(query: str, error: str, local_dir: str | None) -> QueryFailedError:
     """The error a failed query stops the driver with."""
-    named = storage_access_denied(error) or local_disk_full(error, local_dir)
+    named = named_failure(error, local_dir)
     if named is None:
         return QueryFailedError(f"query {query} failed: {error}")
     return type(named)(f"query {query} stopped: {named}")

@@ -27,9 +27,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import structlog
+from botocore.exceptions import ClientError
 
 from service.config import Settings
 from service.errors import LeaseHeldError, LeaseLostError
+from service.failures import storage_refused
 from service.lease_store import STORE_ERRORS, LeaseStore, lease_store
 
 log = structlog.get_logger(__name__)
@@ -237,11 +239,14 @@ class DriverLease:
 def acquire_driver_lease(settings: Settings) -> DriverLease:
     """The storage root's driver lease, acquired and renewing: what the driver and every
     verb that writes the tables hold (`DriverLease.release` it when done)."""
-    lease = DriverLease(
-        lease_store(settings, lease_location(settings.checkpoint_uri)),
-        settings.lease_ttl_seconds,
-        settings.lease_renew_seconds,
-    )
-    lease.acquire()
+    store = lease_store(settings, lease_location(settings.checkpoint_uri))
+    lease = DriverLease(store, settings.lease_ttl_seconds, settings.lease_renew_seconds)
+    try:
+        lease.acquire()
+    except ClientError as e:
+        refused = storage_refused(e, store.uri)
+        if refused is None:
+            raise
+        raise refused from e
     lease.start_renewing()
     return lease

@@ -9,8 +9,9 @@ import pytest
 
 from service.config import Settings
 from service.errors import LeaseLostError
-from service.lease import DriverLease
+from service.lease import DriverLease, lease_location
 from service.lease_store import S3LeaseStore
+from tests.integration.harness import Lake
 from tests.lease_race import race
 
 pytestmark = pytest.mark.integration
@@ -67,3 +68,23 @@ def test_a_driver_deposed_on_s3_is_fenced_and_deletes_nothing(
         lease.fence()
     lease.release()
     assert usurper == (store.read() or ("", ""))[0]
+
+
+def test_a_start_with_revoked_credentials_is_one_clear_line_and_exit_1(lake: Lake) -> None:
+    rotated = {"AWS_SECRET_ACCESS_KEY": "a-rotated-away-secret-key"}
+    driver = lake.service("refused", "run", **rotated).start()
+    try:
+        assert 1 == driver.wait(timeout=120), driver.log_text()[-4000:]
+    finally:
+        driver.cleanup()
+
+    errors = [line for line in driver.events() if line.get("level") == "error"]
+    assert ["failed"] == [line["event"] for line in errors], errors
+    assert "StorageAccessDeniedError" == errors[0]["error_class"]
+    lease = lease_location(f"{lake.storage_root}/_checkpoints")
+    assert errors[0]["error"] == (
+        "the storage s3a://lakehouse refused this driver (HTTP 403 SignatureDoesNotMatch: its "
+        f"credentials were revoked or rotated, or lack permission) on {lease}. Nothing was "
+        "written; restore access and restart (docs/runbooks/StorageUnreachable.md)"
+    )
+    assert "Traceback" not in driver.log_text()

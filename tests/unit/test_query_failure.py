@@ -1,7 +1,9 @@
 """The line a failed query stops the driver with."""
 
+from botocore.exceptions import ClientError
+
 from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
-from service.failures import local_disk_full, query_failure
+from service.failures import local_disk_full, named_failure, query_failure, storage_refused
 
 # What Spark reported when MinIO's credentials were rotated under a running driver.
 REVOKED = (
@@ -53,3 +55,39 @@ def test_a_full_local_dir_names_the_directory_and_the_setting() -> None:
     default = local_disk_full(spark_error, None)
     assert default is not None and "/tmp (Spark's default)" in str(default)
     assert local_disk_full("java.io.IOException: Connection reset", None) is None
+
+
+def test_a_refused_lease_request_is_named_and_other_answers_are_not() -> None:
+    def answer(status: int, code: str) -> ClientError:
+        return ClientError(
+            {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+        )
+
+    uri = "s3a://lakehouse/lake/_checkpoints/_driver_lease.json"
+    refused = storage_refused(answer(403, "AccessDenied"), uri)
+    assert isinstance(refused, StorageAccessDeniedError)
+    assert str(refused).startswith(
+        "the storage s3a://lakehouse refused this driver (HTTP 403 AccessDenied: its credentials"
+    )
+    assert f"on {uri}. Nothing was written" in str(refused)
+    assert storage_refused(answer(503, "SlowDown"), uri) is None
+    assert named_failure("java.lang.OutOfMemoryError: Java heap space", None) is None
+
+
+def test_a_refused_checkpoint_write_without_the_exception_class_is_named_too() -> None:
+    # What Spark reported when the 403 met the query's offset log, not a table write.
+    spark_error = (
+        "s3a://lakehouse/lake/_checkpoints/ingest_sensors/offsets/4: getFileStatus on "
+        "s3a://lakehouse/lake/_checkpoints/ingest_sensors/offsets/4: software.amazon.awssdk."
+        "services.s3.model.S3Exception: null (Service: S3, Status Code: 403, Request ID: 18E)"
+        ":null\n=== Streaming Query ===\n..."
+    )
+    error = query_failure("ingest_sensors", spark_error, None)
+    assert isinstance(error, StorageAccessDeniedError)
+    assert str(error).startswith(
+        "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver (HTTP 403: "
+        "its credentials were revoked or rotated, or lack permission) on "
+        "s3a://lakehouse/lake/_checkpoints/ingest_sensors/offsets/4. The batch"
+    )
+    throttled = spark_error.replace("Status Code: 403", "Status Code: 503")
+    assert type(query_failure("ingest_sensors", throttled, None)) is QueryFailedError
