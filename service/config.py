@@ -175,6 +175,9 @@ class Settings(BaseSettings):
     spark_ui_enabled: bool = True
     spark_ui_port: int = Field(default=4040, ge=1, le=65535)
     jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))
+    # The driver JVM's class-data-sharing archive (`make cds`): None uses the
+    # virtualenv's (service.spark.DEFAULT_CDS_ARCHIVE) when it exists; "" uses none.
+    spark_cds_archive: str | None = None
     trigger_interval_seconds: float = Field(default=10.0, ge=0)
     # Spark cluster mode (spark://, k8s://): all optional, unused by local[*].
     spark_driver_host: str | None = None

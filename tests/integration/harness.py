@@ -101,6 +101,18 @@ class ServiceProcess:
                     lines.append(parsed)
         return lines
 
+    def jvm_mapped_files(self) -> set[str]:
+        """The files mapped into the memory of the driver's JVM (the java process of its group)."""
+        assert self.proc is not None
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                process_group = int(stat.read_text().rsplit(")", 1)[1].split()[2])
+                java = (stat.parent / "comm").read_text() == "java\n"
+                if process_group == self.proc.pid and java:
+                    fields = (line.split(None, 5) for line in (stat.parent / "maps").open())
+                    return {f[5].rstrip("\n") for f in fields if len(f) == 6}
+        raise AssertionError(f"no JVM in the driver's process group:\n{self.log_text()[-4000:]}")
+
     def wait_for_log(self, needle: str, timeout: float, count: int = 1) -> None:
         """Block until ``needle`` appears ``count`` times in this run's log; fail if it dies."""
         deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ from service.config import Settings
 from service.lease import lease_location
 from service.lease_store import S3LeaseStore
 from service.schemas import BRONZE
+from service.spark import cds_archive
 from tests.integration.harness import Lake, assert_bronze_exactly_once, table_coordinates
 
 pytestmark = pytest.mark.integration
@@ -161,6 +162,20 @@ def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_kee
     finally:
         first.cleanup()
         second.cleanup()
+
+
+def test_a_driver_starts_from_the_class_data_archive_that_make_cds_built(lake: Lake) -> None:
+    archive = cds_archive(Settings())
+    assert archive is not None, "make setup builds it into the jars directory (make cds)"
+    driver = lake.service("cds").start()
+    try:
+        driver.wait_for_log('"event": "running"', timeout=120)
+        assert str(archive) in driver.jvm_mapped_files(), "the JVM did not map the archive"
+        driver.terminate()
+        assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
+        assert "[cds" not in driver.log_text(), "the JVM's own CDS lines stay off stdout"
+    finally:
+        driver.cleanup()
 
 
 def test_a_driver_whose_lease_was_taken_is_fenced_before_its_next_write_and_exits_1(
