@@ -36,15 +36,23 @@ def storage_access_denied(error: str) -> StorageAccessDeniedError | None:
     else:
         return None
     status = _HTTP_STATUS.search(error)
+    return _refused(
+        path,
+        status.group(1) if status else None,
+        "The batch is not committed to its checkpoint and replays exactly once on restart",
+    )
+
+
+def _refused(path: str, status: str | None, outcome: str) -> StorageAccessDeniedError:
+    """The one wording of a refusal: the store, the status, what became of the work."""
     store = "/".join(path.split("/")[:3]) if "://" in path else path
     why = (
-        f"HTTP {status.group(1)}: its credentials were revoked or rotated, or lack permission"
+        f"HTTP {status}: its credentials were revoked or rotated, or lack permission"
         if status
         else "permission denied"
     )
     return StorageAccessDeniedError(
-        f"the storage {store} refused this driver ({why}) on {path}. "
-        "The batch is not committed to its checkpoint and replays exactly once on restart; "
+        f"the storage {store} refused this driver ({why}) on {path}. {outcome}; "
         "restore access and restart (docs/runbooks/StorageUnreachable.md)"
     )
 
@@ -73,12 +81,7 @@ def storage_refused(error: ClientError, uri: str) -> StorageAccessDeniedError | 
     if status not in (401, 403):
         return None
     code = error.response.get("Error", {}).get("Code", "")
-    store = "/".join(uri.split("/")[:3])
-    return StorageAccessDeniedError(
-        f"the storage {store} refused this driver (HTTP {status} {code}: its credentials "
-        f"were revoked or rotated, or lack permission) on {uri}. Nothing was written; "
-        "restore access and restart (docs/runbooks/StorageUnreachable.md)"
-    )
+    return _refused(uri, f"{status} {code}".strip(), "Nothing was written")
 
 
 def query_failure(query: str, error: str, local_dir: str | None) -> QueryFailedError:

@@ -166,7 +166,7 @@ def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_kee
 
 def test_a_driver_starts_from_the_class_data_archive_that_make_cds_built(lake: Lake) -> None:
     archive = cds_archive(Settings())
-    assert archive is not None, "make setup builds it into the jars directory (make cds)"
+    assert archive is not None, "make setup builds it into the virtualenv (make cds)"
     driver = lake.service("cds").start()
     try:
         driver.wait_for_log('"event": "running"', timeout=120)
