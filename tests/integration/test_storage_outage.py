@@ -90,7 +90,7 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
         }
         lake = Lake.fresh("storage-outage", kafka_broker, s3_env, tmp_path)
         producer = lake.producing(
-            "--users", "10", "--rate", "40", "--duration", "330", "--seed", "5",
+            "--users", "10", "--rate", "40", "--duration", "600", "--seed", "5",
             "--bad-fraction", "0.05", "--duplicate-fraction", "0.05",
         )  # fmt: skip
         port = free_port()
@@ -126,7 +126,10 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
                 }
                 # Not ready from the lease TTL (8 s) on, to the end of the fault.
                 assert 200 not in statuses[10:], (name, statuses)
-            out, err = producer.communicate(timeout=400)
+            time.sleep(10)  # and under load after the last one too
+            assert producer.poll() is None, "the generator stopped before the faults ended"
+            producer.terminate()  # it stops producing, flushes and reports
+            out, err = producer.communicate(timeout=120)
             assert 0 == producer.returncode, err
             drivers[-1].terminate()
             assert 0 == drivers[-1].wait(timeout=120), drivers[-1].log_text()[-4000:]
