@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -30,6 +31,7 @@ from service.ingest import (
     BatchWriter,
     IngestQuery,
     ingest_queries,
+    ingest_stream,
     start_ingest_query,
 )
 from service.kafka_admin import check_kafka_access, ensure_topics
@@ -41,11 +43,11 @@ from service.lost_offsets import CheckedQuery, check_lost_offsets, record_skippe
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
-from service.queries import QuerySpec, QueryWriter, checkpoint_location, prepare_tables
+from service.queries import QuerySpec, QueryWriter, check_tables, checkpoint_location
 from service.reconcile import reconcile
 from service.sinks.delta import ensure_table
 from service.spark import build_spark
-from service.tables import OPERATOR_TABLES
+from service.tables import OPERATOR_TABLES, Table
 
 log = structlog.get_logger(__name__)
 
@@ -133,22 +135,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
         ),
         metrics,
     )
+    plans = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plan")
     try:
-        gold_names = {g.name for g in _gold(settings)}
-        specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
-        for spec in specs:
-            interval = (
-                settings.gold_trigger_seconds
-                if spec.name in gold_names
-                else settings.trigger_interval_seconds
-            )
-            metrics.query_declared(
-                spec.name, [t.name for t in spec.tables], 0.0 if available_now else interval
-            )
-            prepare_tables(spark, settings, spec.name, spec.tables)
-        # Written on an operator's word only; here so that every reader finds them.
-        for table in OPERATOR_TABLES:
-            ensure_table(spark, table.uri(settings.storage_uri), table)
         skipped = check_lost_offsets(
             [
                 CheckedQuery(q.name, q.topic, checkpoint_location(settings, q.name))
@@ -158,6 +146,35 @@ def run(settings: Settings, available_now: bool = False) -> int:
             lambda topics: broker_offsets(consumer, topics),
             settings.kafka_skip_lost_offsets,
         )
+        gold_names = {g.name for g in _gold(settings)}
+        specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
+        missing: dict[str, Table] = {}  # by name: the quarantine is every ingest query's
+        for spec in specs:
+            interval = (
+                settings.gold_trigger_seconds
+                if spec.name in gold_names
+                else settings.trigger_interval_seconds
+            )
+            metrics.query_declared(
+                spec.name, [t.name for t in spec.tables], 0.0 if available_now else interval
+            )
+            absent = check_tables(spark, settings, spec.name, spec.tables)
+            missing.update((t.name, t) for t in absent)
+        # Written on an operator's word only; here so that every reader finds them.
+        missing.update((t.name, t) for t in OPERATOR_TABLES)
+        # Built while the tables are created below: neither needs the other.
+        validated = {
+            q.name: plans.submit(
+                ingest_stream,
+                spark,
+                settings,
+                q,
+                any(lost.query == q.name for lost in skipped),
+            )
+            for q in ingest_queries(settings)
+        }
+        for table in missing.values():
+            ensure_table(spark, table.uri(settings.storage_uri), table)
         if skipped:
             record_skipped(spark, settings.storage_uri, skipped, lease.fence)
             for lost in skipped:
@@ -171,8 +188,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
             writer = BatchWriter(spec, settings, _record_batch(metrics), lease.fence, maintenance)
-            skip_lost = any(lost.query == spec.name for lost in skipped)
-            handle = start_ingest_query(spark, settings, spec, writer, available_now, skip_lost)
+            stream = validated[spec.name].result()
+            handle = start_ingest_query(spark, settings, spec, stream, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
         if available_now:  # gold drains what ingest wrote, so ingest drains first
             _wait(running, stop_requested, lease, available_now, settings)
@@ -198,6 +215,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
         raise
     finally:
         try:
+            plans.shutdown(cancel_futures=True)
             auditor.stop()
             lag.stop()
             consumer.close()

@@ -325,21 +325,32 @@ def recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settin
     return silver.where(window)
 
 
+def ingest_stream(
+    spark: SparkSession, settings: Settings, query: IngestQuery, skip_lost: bool = False
+) -> DataFrame:
+    """The validated streaming DataFrame of ``query`` (``skip_lost``: past offsets the
+    brokers no longer have, see `service.lost_offsets`).
+
+    Building it costs about 2 s of py4j calls and plan analysis at a driver's start
+    (the validation rules are ~1,000 expression nodes), independent of any table:
+    the driver builds it while it checks and creates the tables (`service.app`).
+    """
+    records = to_records(read_topic(spark, settings, query.topic, skip_lost))
+    return query.validate(records, settings)
+
+
 def start_ingest_query(
     spark: SparkSession,
     settings: Settings,
     query: IngestQuery,
+    validated: DataFrame,
     writer: BatchWriter,
     available_now: bool,
-    skip_lost: bool = False,
 ) -> StreamingQuery:
-    """Start ``query`` reading Kafka and writing through ``writer`` (``skip_lost``: past
-    offsets the brokers no longer have, see `service.lost_offsets`)."""
-    records = to_records(read_topic(spark, settings, query.topic, skip_lost))
-    stream = query.validate(records, settings).writeStream
+    """Start ``query`` writing its ``validated`` stream (`ingest_stream`) through ``writer``."""
     return start_with_writer(
         spark,
-        stream,
+        validated.writeStream,
         settings,
         writer,
         available_now,

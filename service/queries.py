@@ -4,8 +4,8 @@ Every streaming query of the service writes its tables in ``foreachBatch``
 through a `QueryWriter`, which tags each Delta commit with the query's
 ``txnAppId`` (derived from the checkpoint's query id) and the batch id, and
 maintains the tables the query owns between its batches (`service.maintenance`).
-Before a query starts, `prepare_tables` refuses a checkpoint that disagrees with
-its tables and creates the declared tables that do not exist yet.
+Before a query starts, `check_tables` refuses a checkpoint that disagrees with
+its tables and names the declared tables that do not exist yet.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from service.config import Settings
 from service.errors import QueryNotBoundError, TableLayoutError
 from service.hadoop_fs import HadoopFiles
 from service.maintenance import TableMaintenance
-from service.sinks.delta import ensure_table, table_transactions
+from service.sinks.delta import table_transactions
 from service.tables import Table
 
 log = structlog.get_logger(__name__)
@@ -147,10 +147,11 @@ def run_together(
         raise errors[0]
 
 
-def prepare_tables(
+def check_tables(
     spark: SparkSession, settings: Settings, query_name: str, tables: Sequence[Table]
-) -> None:
-    """Refuse an earlier table layout or a checkpoint/table mismatch; create missing tables.
+) -> list[Table]:
+    """Refuse an earlier table layout or a checkpoint/table mismatch; return the declared
+    tables that do not exist yet, for the caller to create (`ensure_table`).
 
     ``tables[0]`` is the anchor table, committed every batch (see `QuerySpec`).
     """
@@ -172,9 +173,7 @@ def prepare_tables(
                 "migrate` to upgrade it in place (README, Upgrading a lake)."
             )
     checkpoints.verify_checkpoint_matches_tables(query_name, checkpoint, txns, anchor)
-    for table in tables:
-        if txns[uris[table.name]] is None and table.schema is not None:
-            ensure_table(spark, uris[table.name], table)
+    return [t for t in tables if txns[uris[t.name]] is None and t.schema is not None]
 
 
 def start_with_writer(

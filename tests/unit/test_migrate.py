@@ -14,7 +14,7 @@ from service.__main__ import main
 from service.config import Settings
 from service.errors import TableLayoutError
 from service.migrate import migrate_tables
-from service.queries import prepare_tables
+from service.queries import check_tables
 from service.schemas import BRONZE, KAFKA_HEADERS, LINEAGE
 from service.sinks.delta import append_once, table_transactions
 from service.tables import BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS
@@ -54,7 +54,7 @@ def test_an_earlier_layout_is_refused_then_migrated_in_place(
     append_once(old, uri, "ingest_sensors-app", 7)
 
     with pytest.raises(TableLayoutError) as refused:
-        prepare_tables(spark, settings, "ingest_sensors", BRONZE_SENSORS_TABLES)
+        check_tables(spark, settings, "ingest_sensors", BRONZE_SENSORS_TABLES)
     assert "bronze/sensors" in str(refused.value)
     assert "value string, expected binary" in str(refused.value)
     assert "lakehouse-ingest migrate" in str(refused.value)
