@@ -323,6 +323,29 @@ class Lake:
         return f"{self.storage_root}/{name}"
 
 
+def copy_storage_root(s3: Any, source: Lake, target: Lake, skip: tuple[str, ...] = ()) -> None:
+    """Copy ``source``'s storage root (tables and checkpoints) to ``target``'s, object by
+    object on the S3 server, but for keys under the root-relative prefixes ``skip``.
+
+    Delta tables and checkpoints name their files relative to their own location, so
+    the copy is the same lake at another root: a test can damage it without touching
+    the original.
+    """
+    bucket, _, prefix = source.storage_root.removeprefix("s3a://").partition("/")
+    target_prefix = target.storage_root.removeprefix(f"s3a://{bucket}/")
+    skipped = tuple(f"{prefix}/{s}" for s in skip)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if skipped and key.startswith(skipped):
+                continue
+            s3.copy_object(
+                Bucket=bucket,
+                Key=target_prefix + key.removeprefix(prefix),
+                CopySource={"Bucket": bucket, "Key": key},
+            )
+
+
 def table_coordinates(
     spark: SparkSession, uri: str, where: Column | None = None
 ) -> tuple[Coordinates, int]:

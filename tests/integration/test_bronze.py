@@ -8,10 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
-from devstack import MinioServer
+from devstack import KafkaBroker, MinioServer
 from pyspark.sql import SparkSession
 
 from service.config import Settings
@@ -19,7 +22,12 @@ from service.lease import lease_location
 from service.lease_store import S3LeaseStore
 from service.schemas import BRONZE
 from service.spark import cds_archive
-from tests.integration.harness import Lake, assert_bronze_exactly_once, table_coordinates
+from tests.integration.harness import (
+    Lake,
+    assert_bronze_exactly_once,
+    copy_storage_root,
+    table_coordinates,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,12 +99,33 @@ def delete_prefix(lake: Lake, s3_client: object, table: str) -> None:
         s3_client.delete_object(Bucket=bucket, Key=obj["Key"])  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("recreate", [False, True], ids=["deleted", "recreated-empty"])
-def test_restart_refuses_a_checkpoint_whose_table_was_deleted_or_replaced(
-    spark: SparkSession, lake: Lake, minio_server: MinioServer, recreate: bool
-) -> None:
+@pytest.fixture(scope="module")
+def ingested(
+    kafka_broker: KafkaBroker, s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Lake:
+    """A lake that ingested 500 readings to completion; each test below damages a copy."""
+    lake = Lake.fresh("ingested", kafka_broker, s3_env, tmp_path_factory.mktemp("ingested"))
     lake.generate("--users", "50", "--readings", "500", "--seed", "1")
     run_to_completion(lake, "first")
+    return lake
+
+
+@pytest.fixture
+def ingested_copy(
+    ingested: Lake, minio_server: MinioServer, request: pytest.FixtureRequest, tmp_path: Path
+) -> Lake:
+    """`ingested` at a storage root of this test's own (same topics)."""
+    root = f"s3a://lakehouse/{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    copy = replace(ingested, storage_root=root, work_dir=tmp_path)
+    copy_storage_root(minio_server.s3_client(), ingested, copy)
+    return copy
+
+
+@pytest.mark.parametrize("recreate", [False, True], ids=["deleted", "recreated-empty"])
+def test_restart_refuses_a_checkpoint_whose_table_was_deleted_or_replaced(
+    spark: SparkSession, ingested_copy: Lake, minio_server: MinioServer, recreate: bool
+) -> None:
+    lake = ingested_copy
     delete_prefix(lake, minio_server.s3_client(), "bronze/sensors")
     if recreate:
         spark.createDataFrame([], BRONZE).write.format("delta").save(lake.table("bronze/sensors"))
@@ -112,10 +141,9 @@ def test_restart_refuses_a_checkpoint_whose_table_was_deleted_or_replaced(
 
 
 def test_a_new_or_a_corrupt_checkpoint_over_existing_tables_is_refused(
-    spark: SparkSession, lake: Lake, minio_server: MinioServer
+    spark: SparkSession, ingested_copy: Lake, minio_server: MinioServer
 ) -> None:
-    lake.generate("--users", "50", "--readings", "500", "--seed", "2")
-    run_to_completion(lake, "first")
+    lake = ingested_copy
     other_checkpoints = f"{lake.storage_root}/_other_checkpoints"
     restart = lake.service(
         "new-checkpoint", "run", "--available-now", INGEST_CHECKPOINT_ROOT=other_checkpoints

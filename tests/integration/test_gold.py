@@ -37,7 +37,7 @@ from service.transforms.gold import (
     heart_rate_with_activity,
     sensor_stats,
 )
-from tests.integration.harness import Lake, ServiceProcess, topic_records
+from tests.integration.harness import Lake, ServiceProcess, copy_storage_root, topic_records
 
 pytestmark = pytest.mark.integration
 
@@ -195,24 +195,6 @@ def kill_during_batch(
     raise AssertionError(f"{query} never had a batch in flight:\n{driver.log_text()[-4000:]}")
 
 
-def copy_lake_without_gold(minio: MinioServer, source: Lake, target: Lake) -> None:
-    """Copy ``source``'s storage root to ``target``'s, but for its gold tables and checkpoints."""
-    s3 = minio.s3_client()
-    bucket, _, prefix = source.storage_root.removeprefix("s3a://").partition("/")
-    target_prefix = target.storage_root.removeprefix(f"s3a://{bucket}/")
-    gold = (f"{prefix}/gold/", f"{prefix}/_checkpoints/gold_")
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-        for item in page.get("Contents", []):
-            key = item["Key"]
-            if key.startswith(gold):
-                continue
-            s3.copy_object(
-                Bucket=bucket,
-                Key=target_prefix + key.removeprefix(prefix),
-                CopySource={"Bucket": bucket, "Key": key},
-            )
-
-
 def table_versions(spark: SparkSession, lake: Lake) -> dict[str, int]:
     versions = {}
     for name in TABLES:
@@ -264,7 +246,9 @@ def runs(
     # Ingested once: the crashed lake starts with the reference's silver, and no gold.
     progress = {"wave1": run_available_now(reference, "wave1").events("query_progress")}
     wave1_versions = table_versions(spark, reference)
-    copy_lake_without_gold(minio_server, reference, crashed)
+    copy_storage_root(
+        minio_server.s3_client(), reference, crashed, skip=("gold/", "_checkpoints/gold_")
+    )
 
     files = HadoopFiles(spark)
     in_flight = []
