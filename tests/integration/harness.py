@@ -337,7 +337,7 @@ def copy_storage_root(s3: Any, source: Lake, target: Lake, skip: tuple[str, ...]
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
         for item in page.get("Contents", []):
             key = item["Key"]
-            if skipped and key.startswith(skipped):
+            if key.startswith(skipped):
                 continue
             s3.copy_object(
                 Bucket=bucket,
