@@ -60,6 +60,22 @@ def _until_ready(port: int, driver: ServiceProcess, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def _settled(port: int, driver: ServiceProcess, timeout: float) -> int | None:
+    """After a fault: None once /readyz has answered 200 for 5 s in a row with the driver
+    alive, or the driver's exit code if it exits first. A write that was retrying S3
+    through the fault can still fail just after the storage is back (the driver then
+    exits 1 with one line, as the test allows), so one 200 does not settle it.
+    """
+    started, ready = time.monotonic(), 0
+    while ready < 5:
+        if not driver.alive():
+            return driver.wait(timeout=5)
+        assert time.monotonic() - started < timeout, driver.log_text()[-4000:]
+        ready = ready + 1 if _readyz(port) == 200 else 0
+        time.sleep(1)
+    return None
+
+
 def _outage(minio: MinioServer, seconds: float, port: int) -> list[int]:
     minio.stop()
     return _watch(port, seconds)
@@ -110,13 +126,13 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
                 minio.start()
                 restored = time.monotonic()
                 driver = drivers[-1]
-                exit_code = None if driver.alive() else driver.wait(timeout=5)
+                exit_code = _settled(port, driver, 180)
                 if exit_code is not None:  # it stopped; the platform would restart it
                     drivers.append(
                         lake.service(f"driver-{len(drivers)}", "run", INGEST_HTTP_PORT=str(port))
                         .start()
                     )  # fmt: skip
-                _until_ready(port, drivers[-1], 180)
+                    _until_ready(port, drivers[-1], 180)
                 report[name] = {
                     "not_ready_s": sum(1 for c in statuses if c != 200),
                     "watched_s": len(statuses),
