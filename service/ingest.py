@@ -34,7 +34,8 @@ from service.maintenance import TableMaintenance
 from service.profile import BatchProfile
 from service.queries import QueryWriter, run_together, start_with_writer
 from service.schemas import BRONZE, INGESTED_AT
-from service.sinks.delta import append_once
+from service.sinks.delta import Commit, append_once
+from service.sinks.live_files import LiveFiles
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
 from service.tables import (
@@ -117,6 +118,8 @@ class BatchWriter(QueryWriter):
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
+        # Silver's live files, kept by its one writer for dedup's reads.
+        self._silver = silver_files(settings)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
@@ -129,9 +132,11 @@ class BatchWriter(QueryWriter):
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(parsed)
-                write = _write_users if self.query.kind == "users" else _write_sensors
                 written = Written(app_id, batch_id, stamp, profile, self.fence, self._workers)
-                outcome = write(parsed, summary, self.settings, written)
+                if self.query.kind == "users":
+                    outcome = _write_users(parsed, summary, self.settings, written)
+                else:
+                    outcome = _write_sensors(parsed, summary, self.settings, written, self._silver)
             finally:
                 parsed.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -197,16 +202,16 @@ class Written:
     fence: Callable[[], None]
     workers: ThreadPoolExecutor
 
-    def together(self, writes: Sequence[Callable[[], None]]) -> None:
+    def together(self, writes: Sequence[Callable[[], object]]) -> None:
         """Run independent ``writes`` of this batch at once (`service.queries.run_together`)."""
         run_together(SparkSession.active(), self.workers, writes)
 
-    def append(self, rows: DataFrame, table: Table, settings: Settings) -> None:
+    def append(self, rows: DataFrame, table: Table, settings: Settings) -> Commit | None:
         """Append ``rows`` to ``table`` exactly once for this batch (a profile phase)."""
         with self.profile.phase(table.name):
             self.fence()
             files = _per_commit_files(rows, settings)
-            append_once(files, table.uri(settings.storage_uri), self.app_id, self.batch_id)
+            return append_once(files, table.uri(settings.storage_uri), self.app_id, self.batch_id)
 
 
 def _write_users(
@@ -240,7 +245,11 @@ def _write_users(
 
 
 def _write_sensors(
-    parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
+    parsed: DataFrame,
+    summary: BatchSummary,
+    settings: Settings,
+    written: Written,
+    silver: LiveFiles,
 ) -> BatchOutcome:
     valid, invalid = split_valid_invalid(parsed)
     duplicate_rows = 0
@@ -248,7 +257,7 @@ def _write_sensors(
     def dedup_and_write_silver() -> None:
         nonlocal duplicate_rows
         readings = to_sensor_readings(valid)
-        recent = recent_readings(valid.sparkSession, summary, settings)
+        recent = recent_readings(valid.sparkSession, silver, summary, settings)
         # Cached: the silver lookup runs once, for the count, the write and the filter.
         duplicates = find_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
         try:
@@ -259,7 +268,9 @@ def _write_sensors(
                 writes.append(lambda: written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings))
             if summary.valid > duplicate_rows:
                 fresh = without_duplicates(readings, duplicates) if duplicate_rows else readings
-                writes.append(lambda: written.append(fresh, SENSOR_READINGS, settings))
+                writes.append(
+                    lambda: silver.committed(written.append(fresh, SENSOR_READINGS, settings))
+                )
             written.together(writes)
         finally:
             duplicates.unpersist()
@@ -288,7 +299,7 @@ def _bronze_and_quarantine(
     bronze_table: Table,
     settings: Settings,
     written: Written,
-) -> list[Callable[[], None]]:
+) -> list[Callable[[], object]]:
     """The writes of bronze (every batch) and quarantine (when rows were rejected).
 
     Bronze is the query's anchor table: it commits every batch, so its txn version
@@ -297,7 +308,7 @@ def _bronze_and_quarantine(
     transaction and prove nothing more.
     """
     bronze = parsed.select(*BRONZE.fieldNames())
-    writes = [lambda: written.append(bronze, bronze_table, settings)]
+    writes: list[Callable[[], object]] = [lambda: written.append(bronze, bronze_table, settings)]
     if summary.quarantined:
         quarantine = to_quarantine(invalid, written.stamp)
         writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE, settings))
@@ -315,14 +326,20 @@ def _per_commit_files(rows: DataFrame, settings: Settings) -> DataFrame:
     return rows.coalesce(settings.spark_shuffle_partitions)
 
 
-def recent_readings(spark: SparkSession, summary: BatchSummary, settings: Settings) -> DataFrame:
+def silver_files(settings: Settings) -> LiveFiles:
+    """silver/sensor_readings' live files, bounded by arrival time (`recent_readings`)."""
+    return LiveFiles(SENSOR_READINGS.uri(settings.storage_uri), "kafka_timestamp")
+
+
+def recent_readings(
+    spark: SparkSession, silver: LiveFiles, summary: BatchSummary, settings: Settings
+) -> DataFrame:
     """silver/sensor_readings pruned to the arrivals that can be originals of this batch."""
-    silver = spark.read.format("delta").load(SENSOR_READINGS.uri(settings.storage_uri))
     if summary.first_arrival is None or summary.last_arrival is None:
-        return silver.limit(0)
+        uri = SENSOR_READINGS.uri(settings.storage_uri)
+        return spark.read.format("delta").load(uri).limit(0)
     earliest = summary.first_arrival - timedelta(seconds=settings.dedup_horizon_seconds)
-    window = F.col("kafka_timestamp").between(F.lit(earliest), F.lit(summary.last_arrival))
-    return silver.where(window)
+    return silver.read(spark, earliest, summary.last_arrival)
 
 
 def ingest_stream(

@@ -125,7 +125,7 @@ class QueryWriter:
 
 
 def run_together(
-    spark: SparkSession, workers: ThreadPoolExecutor, writes: Sequence[Callable[[], None]]
+    spark: SparkSession, workers: ThreadPoolExecutor, writes: Sequence[Callable[[], object]]
 ) -> None:
     """Run a batch's independent table ``writes`` at once; return when every one has ended.
 

@@ -36,7 +36,13 @@ from pyspark.sql import functions as F
 
 from service.checkpoints import APP_ID_PREFIX
 from service.config import Settings
-from service.ingest import IngestQuery, ingest_queries, recent_readings, summarize
+from service.ingest import (
+    IngestQuery,
+    ingest_queries,
+    recent_readings,
+    silver_files,
+    summarize,
+)
 from service.lease import acquire_driver_lease
 from service.reconcile import MOVED
 from service.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
@@ -279,7 +285,8 @@ class _Replayer:
                 self._merge_users(latest_user_changes(valid), app_id)
             return classify(parsed, None)
         readings = to_sensor_readings(valid)
-        recent = recent_readings(self.spark, summary, self.settings)
+        silver = silver_files(self.settings)
+        recent = recent_readings(self.spark, silver, summary, self.settings)
         duplicates = find_duplicates(readings, recent, self.settings.dedup_horizon_seconds)
         duplicates = duplicates.persist()
         if summary.valid and not dry_run:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -25,7 +26,15 @@ def ensure_table(spark: SparkSession, uri: str, table: Table) -> None:
     builder.execute()
 
 
-def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> None:
+@dataclass(frozen=True)
+class Commit:
+    """A table version `append_once` committed and the files (Delta ``AddFile``s, py4j) it added."""
+
+    version: int
+    added: list[Any]
+
+
+def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> Commit | None:
     """Append ``df`` to ``uri`` unless batch ``txn_version`` of ``txn_app_id`` is already in.
 
     The commit records ``txn`` (app id, version) beside the data, exactly as Delta's
@@ -36,6 +45,8 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> N
     already lists every ``txn``. This reads the checksum and commits through the
     same transaction API Delta's writer uses; without a checksum that lists them, or
     when ``df``'s columns differ from the table's, it is Delta's writer.
+
+    Returns the commit, or None when the batch was in already or Delta's writer wrote it.
     """
     jvm: Any = df.sparkSession.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
@@ -43,9 +54,9 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> N
     committed = _checksum_txn_version(txn.snapshot(), txn_app_id)
     if committed is None or not _same_columns(df.schema, txn.metadata().schema().json()):
         _append_with_writer_options(df, uri, txn_app_id, txn_version)
-        return
+        return None
     if committed >= txn_version:
-        return
+        return None
     # What `txn.txnVersion` records: a concurrent commit of this app id is a conflict.
     txn.readTxn().addOne(txn_app_id)
     files = txn.writeFiles(df._jdf)
@@ -56,7 +67,18 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> N
     write = getattr(delta, "DeltaOperations$Write")(
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, none
     )
-    txn.commit(files.appended(record), write)
+    version = int(txn.commit(files.appended(record), write))
+    added = [f for f in _as_list(files) if f.getClass().getSimpleName() == "AddFile"]
+    return Commit(version, added)
+
+
+def _as_list(seq: Any) -> list[Any]:
+    """A Scala ``Seq``'s elements."""
+    iterator = seq.iterator()
+    result = []
+    while iterator.hasNext():
+        result.append(iterator.next())
+    return result
 
 
 def _checksum_txn_version(snapshot: Any, txn_app_id: str) -> int | None:

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
@@ -29,6 +29,8 @@ import service.ingest
 from service.__main__ import main
 from service.sinks.delta import append_once, table_transactions
 from service.sinks.users import merge_users_once
+
+T = TypeVar("T")
 
 PHASE = os.environ["CRASH_AT"]
 
@@ -47,17 +49,18 @@ def _committed(df: DataFrame, uri: str, app_id: str) -> int:
     return (table_transactions(df.sparkSession, uri) or {}).get(app_id, -1)
 
 
-def crashing(write: Callable[[DataFrame, str, str, int], None]) -> Callable[..., None]:
+def crashing(write: Callable[[DataFrame, str, str, int], T]) -> Callable[..., T]:
     """``write`` (an idempotent table write), with the ``before``/``after`` points."""
 
-    def wrapped(df: DataFrame, uri: str, app_id: str, version: int) -> None:
+    def wrapped(df: DataFrame, uri: str, app_id: str, version: int) -> T:
         table = _table(uri)
         if PHASE == f"before:{table}":
             crash(PHASE)
         was = _committed(df, uri, app_id) if PHASE == f"after:{table}" else None
-        write(df, uri, app_id, version)
+        result = write(df, uri, app_id, version)
         if was is not None and _committed(df, uri, app_id) > was:
             crash(PHASE)
+        return result
 
     return wrapped
 

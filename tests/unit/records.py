@@ -1,9 +1,10 @@
-"""Bronze rows for unit tests: Kafka records as the bronze table holds them."""
+"""Rows for unit tests: Kafka records as the bronze table holds them, silver readings."""
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from service.schemas import KAFKA_HEADERS
+from service.schemas import KAFKA_HEADERS, SILVER_SENSOR_READINGS
 from service.transforms.bronze import to_records
 
 ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -61,3 +62,20 @@ def _bytes(text: str | None) -> bytes | None:
     if text is None:
         return None
     return bytes.fromhex(text[len(HEX) :]) if text.startswith(HEX) else text.encode()
+
+
+def readings(
+    spark: SparkSession, rows: Sequence[tuple[str, int, int, datetime.datetime]]
+) -> DataFrame:
+    """silver/sensor_readings rows (event_id, partition, offset, arrival), the rest filled in."""
+    names = SILVER_SENSOR_READINGS.fieldNames()
+    full = []
+    for event_id, partition, offset, arrival in rows:
+        values: dict[str, Any] = {
+            "event_id": event_id, "device_id": "d", "sensor_type": "heart_rate",
+            "event_time": arrival, "value": 70.0, "kafka_topic": "sensors",
+            "kafka_partition": partition, "kafka_offset": offset, "kafka_timestamp": arrival,
+            "ingested_at": arrival, "event_date": arrival.date(),
+        }  # fmt: skip
+        full.append(tuple(values.get(n) for n in names))
+    return spark.createDataFrame(full, SILVER_SENSOR_READINGS)

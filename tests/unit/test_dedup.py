@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from service.transforms.dedup import find_duplicates, without_duplicates
+from tests.unit.records import readings
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
-
-
-def readings(spark: SparkSession, rows: list[tuple[str, int, int, datetime]]) -> DataFrame:
-    """Readings (event_id, partition, offset, arrival) with everything else filled in."""
-    names = SILVER_SENSOR_READINGS.fieldNames()
-    full = []
-    for event_id, partition, offset, arrival in rows:
-        values: dict[str, Any] = {
-            "event_id": event_id, "device_id": "d", "sensor_type": "heart_rate",
-            "event_time": T0, "value": 70.0, "kafka_topic": "sensors",
-            "kafka_partition": partition, "kafka_offset": offset, "kafka_timestamp": arrival,
-            "ingested_at": arrival, "event_date": T0.date(),
-        }  # fmt: skip
-        full.append(tuple(values.get(n) for n in names))
-    return spark.createDataFrame(full, SILVER_SENSOR_READINGS)
 
 
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(

@@ -1,8 +1,9 @@
-"""Delta sink: idempotent appends by (txn app id, version), and compaction by the writer."""
+"""Delta sink: idempotent appends by (txn app id, version), compaction by the writer, live files."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,14 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from service.sinks.delta import append_once, ensure_table, table_transactions
-from service.tables import SENSOR_DUPLICATES_TABLE
+from service.sinks.live_files import LiveFiles
+from service.tables import SENSOR_DUPLICATES_TABLE, SENSOR_READINGS
+from tests.unit.records import readings
+
+T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
 
 def active_files(spark: SparkSession, uri: str) -> int:
@@ -45,7 +51,7 @@ def test_a_replayed_batch_is_skipped_and_small_files_are_compacted_after_the_wri
     assert active_files(spark, uri) < min_files
 
 
-def _jobs_of(spark: SparkSession, group: str, write: Callable[[], None]) -> int:
+def _jobs_of(spark: SparkSession, group: str, write: Callable[[], object]) -> int:
     """How many Spark jobs ``write`` started."""
     context = spark.sparkContext
     context.setJobGroup(group, group)
@@ -117,3 +123,46 @@ def test_rows_whose_columns_differ_from_the_table_are_refused_by_delta(
 
     assert 3 == spark.read.format("delta").load(uri).count()
     assert {"app": 0} == table_transactions(spark, uri)
+
+
+def _arrivals(spark: SparkSession, minute: int) -> DataFrame:
+    """Three silver readings that arrived at ``T0 + minute``, in one file."""
+    arrival = T0 + timedelta(minutes=minute)
+    rows = [(f"e{minute}-{i}", 0, minute * 10 + i, arrival) for i in range(3)]
+    return readings(spark, rows).coalesce(1)
+
+
+def test_live_files_read_what_a_plain_read_does_from_the_files_of_the_range_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = f"file:{tmp_path / 'silver'}"
+    ensure_table(spark, uri, SENSOR_READINGS)
+    live = LiveFiles(uri, "kafka_timestamp")
+    start, end = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
+
+    def keys(df: DataFrame) -> list[tuple[str, int]]:
+        return sorted((r.event_id, r.kafka_offset) for r in df.collect())
+
+    def plain() -> list[tuple[str, int]]:
+        table = spark.read.format("delta").load(uri)
+        return keys(table.where(F.col("kafka_timestamp").between(F.lit(start), F.lit(end))))
+
+    live.committed(append_once(_arrivals(spark, 0), uri, "app", 0))  # nothing kept yet
+    assert [] == keys(live.read(spark, start, end))  # loads the table's files
+    for minute in (1, 2, 3):
+        live.committed(append_once(_arrivals(spark, minute), uri, "app", minute))
+    kept: list[DataFrame] = []
+
+    # The files of the writer's own commits: no Spark job plans the read.
+    assert 0 == _jobs_of(spark, "live-read", lambda: kept.append(live.read(spark, start, end)))
+    assert 2 == len(kept[0].inputFiles())  # minutes 1 and 2, both ends of the range
+    assert plain() == keys(kept[0])
+    assert 6 == len(plain())
+
+    # Another writer's commit, then the writer's own: the files are loaded again.
+    _arrivals(spark, 1).withColumn("kafka_offset", F.col("kafka_offset") + 100).write.format(
+        "delta"
+    ).mode("append").save(uri)
+    live.committed(append_once(_arrivals(spark, 2).limit(1), uri, "app", 4))
+    assert 10 == len(plain())
+    assert plain() == keys(live.read(spark, start, end))
