@@ -10,6 +10,7 @@ import pytest
 from service.config import load_settings
 from service.errors import ConfigError
 from service.kafka_admin import check_kafka_access
+from service.sources.kafka import source_options
 from service.tables import BRONZE_USERS
 
 
@@ -193,3 +194,21 @@ def test_an_unreadable_tls_file_is_a_configuration_error_naming_it(
         check_kafka_access(load_settings())
     assert "ssl.certificate.location failed" in str(error.value)
     assert "INGEST_KAFKA_SSL_KEYSTORE_LOCATION" in str(error.value)
+
+
+def test_the_kafka_source_reads_the_topic_with_the_connection_and_a_short_broker_wait() -> None:
+    settings = load_settings(kafka_bootstrap_servers="broker:9092", kafka_security_protocol="SSL")
+
+    options = source_options(settings, "sensors")
+
+    assert "sensors" == options["subscribe"]
+    assert ("broker:9092", "SSL") == (
+        options["kafka.bootstrap.servers"],
+        options["kafka.security.protocol"],
+    )
+    # A caught-up read must not wait 500 ms per task at the end of the log.
+    assert "10" == options["kafka.fetch.max.wait.ms"]
+    assert ("true", "false") == (
+        options["failOnDataLoss"],
+        source_options(settings, "sensors", skip_lost=True)["failOnDataLoss"],
+    )
