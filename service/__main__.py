@@ -284,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except Exception as e:
         # Jobs outside a query (table preparation, the checkpoint checks) fail here.
-        named = named_failure(str(e), settings.spark_local_dir)
+        named = named_failure(
+            str(e), settings.spark_local_dir, (settings.storage_uri, settings.checkpoint_uri)
+        )
         if named is not None:
             log.error("failed", error_class=type(named).__name__, error=str(named))
             return EXIT_FAILURE

@@ -239,7 +239,12 @@ def _wait(
         lease.check()
         for query in running:
             if not query.handle.isActive and (error := query.handle.exception()) is not None:
-                raise query_failure(query.spec.name, str(error), settings.spark_local_dir)
+                raise query_failure(
+                    query.spec.name,
+                    str(error),
+                    settings.spark_local_dir,
+                    (settings.storage_uri, settings.checkpoint_uri),
+                )
         if available_now and not any(q.handle.isActive for q in running):
             return
         if stop_requested.is_set():

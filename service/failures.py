@@ -9,6 +9,7 @@ The lease, taken through boto3 before any Spark job, names a refusal the same wa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from botocore.exceptions import ClientError
 
@@ -26,11 +27,14 @@ _NO_SPACE = "No space left on device"
 _DEFAULT_LOCAL_DIR = "/tmp"
 
 
-def storage_access_denied(error: str) -> StorageAccessDeniedError | None:
-    """The storage refused a request in ``error``: the store, the status and the runbook."""
+def storage_access_denied(error: str, roots: Sequence[str]) -> StorageAccessDeniedError | None:
+    """The storage refused a request in ``error``: the store, the status and the runbook.
+
+    ``roots`` are the lake's storage and checkpoint roots (URIs).
+    """
     denied = _ACCESS_DENIED.search(error)
     if denied is not None:
-        path = denied.group(1)
+        path = _with_bucket(denied.group(1), roots)
     elif _HTTP_DENIED.search(error) and (s3a := _S3A_PATH.search(error)):
         path = s3a.group(0)
     else:
@@ -41,6 +45,19 @@ def storage_access_denied(error: str) -> StorageAccessDeniedError | None:
         status.group(1) if status else None,
         "The batch is not committed to its checkpoint and replays exactly once on restart",
     )
+
+
+def _with_bucket(path: str, roots: Sequence[str]) -> str:
+    """``path`` as an s3a URI when s3a named the refused object by its key alone (a task's
+    data file, a Delta commit) and the key lies under one of the lake's s3a ``roots``."""
+    if "://" in path or path.startswith("/"):
+        return path
+    for root in roots:
+        if root.startswith("s3a://"):
+            bucket, _, prefix = root.removeprefix("s3a://").rstrip("/").partition("/")
+            if not prefix or path.startswith(prefix + "/"):
+                return f"s3a://{bucket}/{path}"
+    return path
 
 
 def _refused(path: str, status: str | None, outcome: str) -> StorageAccessDeniedError:
@@ -70,9 +87,12 @@ def local_disk_full(error: str, local_dir: str | None) -> LocalDiskFullError | N
     )
 
 
-def named_failure(error: str, local_dir: str | None) -> QueryFailedError | None:
-    """The failure with a named remedy that Spark's report ``error`` shows, if any."""
-    return storage_access_denied(error) or local_disk_full(error, local_dir)
+def named_failure(
+    error: str, local_dir: str | None, roots: Sequence[str]
+) -> QueryFailedError | None:
+    """The failure with a named remedy that Spark's report ``error`` shows, if any
+    (``roots``: the lake's storage and checkpoint roots)."""
+    return storage_access_denied(error, roots) or local_disk_full(error, local_dir)
 
 
 def storage_refused(error: ClientError, uri: str) -> StorageAccessDeniedError | None:
@@ -84,9 +104,11 @@ def storage_refused(error: ClientError, uri: str) -> StorageAccessDeniedError | 
     return _refused(uri, f"{status} {code}".strip(), "Nothing was written")
 
 
-def query_failure(query: str, error: str, local_dir: str | None) -> QueryFailedError:
-    """The error a failed query stops the driver with."""
-    named = named_failure(error, local_dir)
+def query_failure(
+    query: str, error: str, local_dir: str | None, roots: Sequence[str]
+) -> QueryFailedError:
+    """The error a failed query stops the driver with (`named_failure`)."""
+    named = named_failure(error, local_dir, roots)
     if named is None:
         return QueryFailedError(f"query {query} failed: {error}")
     return type(named)(f"query {query} stopped: {named}")

@@ -5,6 +5,8 @@ from botocore.exceptions import ClientError
 from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
 from service.failures import local_disk_full, named_failure, query_failure, storage_refused
 
+# The lake's storage and checkpoint roots.
+ROOTS = ("s3a://lakehouse/lake", "s3a://lakehouse/lake/_checkpoints")
 # What Spark reported when MinIO's credentials were rotated under a running driver.
 REVOKED = (
     "[STREAM_FAILED] Query [id = 2da3, runId = a6aa] terminated with exception: "
@@ -16,7 +18,7 @@ REVOKED = (
 
 
 def test_a_refused_storage_request_names_the_store_status_and_runbook() -> None:
-    error = query_failure("ingest_sensors", REVOKED, None)
+    error = query_failure("ingest_sensors", REVOKED, None, ROOTS)
     assert isinstance(error, StorageAccessDeniedError)
     assert str(error) == (
         "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver "
@@ -29,14 +31,19 @@ def test_a_refused_storage_request_names_the_store_status_and_runbook() -> None:
 
 def test_a_local_permission_denial_is_named_as_such() -> None:
     error = query_failure(
-        "ingest_users", "java.nio.file.AccessDeniedException: /lake/bronze/users: denied", None
+        "ingest_users",
+        "java.nio.file.AccessDeniedException: /lake/bronze/users: denied",
+        None,
+        ("/lake", "/lake/_checkpoints"),
     )
     assert isinstance(error, StorageAccessDeniedError)
     assert "the storage /lake/bronze/users refused this driver (permission denied)" in str(error)
 
 
 def test_any_other_failure_keeps_spark_s_report() -> None:
-    error = query_failure("ingest_users", "java.lang.OutOfMemoryError: Java heap space", "/x")
+    error = query_failure(
+        "ingest_users", "java.lang.OutOfMemoryError: Java heap space", "/x", ROOTS
+    )
     assert type(error) is QueryFailedError
     assert str(error) == "query ingest_users failed: java.lang.OutOfMemoryError: Java heap space"
 
@@ -46,7 +53,7 @@ def test_a_full_local_dir_names_the_directory_and_the_setting() -> None:
         "Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent "
         "failure: Lost task 0.0 (TID 0): java.io.IOException: No space left on device"
     )
-    error = query_failure("ingest_sensors", spark_error, "/scratch/spark")
+    error = query_failure("ingest_sensors", spark_error, "/scratch/spark", ROOTS)
     assert isinstance(error, LocalDiskFullError)
     assert str(error).startswith(
         "query ingest_sensors stopped: Spark's local directory /scratch/spark has no space left"
@@ -71,7 +78,7 @@ def test_a_refused_lease_request_is_named_and_other_answers_are_not() -> None:
     )
     assert f"on {uri}. Nothing was written" in str(refused)
     assert storage_refused(answer(503, "SlowDown"), uri) is None
-    assert named_failure("java.lang.OutOfMemoryError: Java heap space", None) is None
+    assert named_failure("java.lang.OutOfMemoryError: Java heap space", None, ROOTS) is None
 
 
 def test_a_refused_checkpoint_write_without_the_exception_class_is_named_too() -> None:
@@ -82,7 +89,7 @@ def test_a_refused_checkpoint_write_without_the_exception_class_is_named_too() -
         "services.s3.model.S3Exception: null (Service: S3, Status Code: 403, Request ID: 18E)"
         ":null\n=== Streaming Query ===\n..."
     )
-    error = query_failure("ingest_sensors", spark_error, None)
+    error = query_failure("ingest_sensors", spark_error, None, ROOTS)
     assert isinstance(error, StorageAccessDeniedError)
     assert str(error).startswith(
         "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver (HTTP 403: "
@@ -90,4 +97,26 @@ def test_a_refused_checkpoint_write_without_the_exception_class_is_named_too() -
         "s3a://lakehouse/lake/_checkpoints/ingest_sensors/offsets/4. The batch"
     )
     throttled = spark_error.replace("Status Code: 403", "Status Code: 503")
-    assert type(query_failure("ingest_sensors", throttled, None)) is QueryFailedError
+    assert type(query_failure("ingest_sensors", throttled, None, ROOTS)) is QueryFailedError
+
+
+def test_a_refused_write_named_by_its_key_alone_is_named_with_the_lake_s_bucket() -> None:
+    # What Spark reported when the 403 met a task writing a silver file, and a Delta commit.
+    for key in (
+        "lake/silver/sensor_readings/event_date=2026-11-24/part-00000-b9af.c000.snappy.parquet",
+        "lake/silver/sensor_duplicates/_delta_log/00000000000000000004.json",
+    ):
+        spark_error = (
+            f"java.nio.file.AccessDeniedException: {key}: Writing Object on {key}: "
+            "software.amazon.awssdk.services.s3.model.S3Exception: The Access Key Id you "
+            "provided does not exist in our records. (Service: S3, Status Code: 403)"
+        )
+        error = query_failure("ingest_sensors", spark_error, None, ROOTS)
+        assert isinstance(error, StorageAccessDeniedError)
+        assert str(error).startswith(
+            "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver "
+            "(HTTP 403: its credentials were revoked or rotated, or lack permission) on "
+            f"s3a://lakehouse/{key}. "
+        )
+    elsewhere = query_failure("q", spark_error, None, ("s3a://other/elsewhere",))
+    assert "the storage lake/silver/sensor_duplicates/_delta_log/" in str(elsewhere)
