@@ -55,6 +55,8 @@ from service.transforms.validation import split_valid_invalid, to_quarantine
 
 log = structlog.get_logger(__name__)
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 @dataclass(frozen=True)
 class IngestQuery:
@@ -154,7 +156,7 @@ class BatchWriter(QueryWriter):
 
 @dataclass(frozen=True)
 class BatchSummary:
-    """Counts and arrival-time bounds of a parsed batch, from one aggregation job."""
+    """Counts and arrival-time bounds (UTC) of a parsed batch, from one aggregation job."""
 
     rows_in: int
     quarantined: dict[str, int]
@@ -173,8 +175,8 @@ def summarize(parsed: DataFrame) -> BatchSummary:
         parsed.groupBy("error_code")
         .agg(
             F.count(F.lit(1)).alias("rows"),
-            F.min("kafka_timestamp").alias("first"),
-            F.max("kafka_timestamp").alias("last"),
+            F.unix_micros(F.min("kafka_timestamp")).alias("first"),
+            F.unix_micros(F.max("kafka_timestamp")).alias("last"),
         )
         .collect()
     )
@@ -183,9 +185,15 @@ def summarize(parsed: DataFrame) -> BatchSummary:
     return BatchSummary(
         rows_in=sum(int(g["rows"]) for g in groups),
         quarantined={g["error_code"]: int(g["rows"]) for g in groups if g["error_code"]},
-        first_arrival=min(firsts, default=None),
-        last_arrival=max(lasts, default=None),
+        first_arrival=_utc(min(firsts, default=None)),
+        last_arrival=_utc(max(lasts, default=None)),
     )
+
+
+def _utc(micros: int | None) -> datetime | None:
+    """A UTC datetime from microseconds since the epoch: exact in every time zone (a
+    collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
-"""find_duplicates / without_duplicates: repeats within the horizon dropped, replays never."""
+"""Dedup: repeats within the horizon dropped, replays never; the batch bounds it searches."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from service.ingest import summarize
 from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from service.transforms.dedup import find_duplicates, without_duplicates
 from tests.unit.records import readings
@@ -58,3 +62,26 @@ def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     assert ["a", "b", "c"] == sorted(
         r.event_id for r in without_duplicates(batch, duplicates).collect()
     )
+
+
+def test_a_batch_summary_counts_rows_per_code_and_bounds_arrivals_exactly_in_utc(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Berlin's clocks go from 03:00 back to 02:00 at 01:00 UTC that day: as naive local
+    # times (what a collected timestamp is) the later arrival would read 02:10, the
+    # earlier 02:30.
+    first = datetime(2026, 10, 25, 0, 30, 0, 123000, tzinfo=UTC)
+    last = first + timedelta(minutes=40)
+    batch = readings(spark, [("a", 0, 1, last), ("b", 0, 2, first), ("c", 1, 3, first)])
+    batch = batch.withColumn("error_code", F.when(F.col("event_id") == "c", "E_SCHEMA"))
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        summary = summarize(batch)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+    assert (3, {"E_SCHEMA": 1}, 2) == (summary.rows_in, summary.quarantined, summary.valid)
+    assert (first, last) == (summary.first_arrival, summary.last_arrival)
