@@ -344,8 +344,7 @@ def recent_readings(
 ) -> DataFrame:
     """silver/sensor_readings pruned to the arrivals that can be originals of this batch."""
     if summary.first_arrival is None or summary.last_arrival is None:
-        uri = SENSOR_READINGS.uri(settings.storage_uri)
-        return spark.read.format("delta").load(uri).limit(0)
+        return spark.read.format("delta").load(silver.uri).limit(0)
     earliest = summary.first_arrival - timedelta(seconds=settings.dedup_horizon_seconds)
     return silver.read(spark, earliest, summary.last_arrival)
 

@@ -68,17 +68,26 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> C
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, none
     )
     version = int(txn.commit(files.appended(record), write))
-    added = [f for f in _as_list(files) if f.getClass().getSimpleName() == "AddFile"]
+    added = [f for f in _items(files) if f.getClass().getSimpleName() == "AddFile"]
     return Commit(version, added)
 
 
-def _as_list(seq: Any) -> list[Any]:
-    """A Scala ``Seq``'s elements."""
-    iterator = seq.iterator()
+def _items(collection: Any) -> list[Any]:
+    """A Scala collection's elements (py4j)."""
+    iterator = collection.iterator()
     result = []
     while iterator.hasNext():
         result.append(iterator.next())
     return result
+
+
+def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """The ``DeltaLog`` of the table at ``uri`` and its latest snapshot (py4j): a listing
+    of the log; the snapshot's state is reconstructed only when something asks for it."""
+    jvm: Any = spark.sparkContext._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
+    none = jvm.scala.Option.empty()
+    return delta_log, delta_log.update(False, none, none)
 
 
 def _checksum_txn_version(snapshot: Any, txn_app_id: str) -> int | None:
@@ -93,12 +102,8 @@ def _checksum_transactions(snapshot: Any) -> dict[str, int] | None:
     checksum = snapshot.checksumOpt()
     if checksum.isEmpty() or checksum.get().setTransactions().isEmpty():
         return None
-    result: dict[str, int] = {}
-    recorded = checksum.get().setTransactions().get().iterator()
-    while recorded.hasNext():
-        action = recorded.next()
-        result[str(action.appId())] = int(action.version())
-    return result
+    recorded = _items(checksum.get().setTransactions().get())
+    return {str(action.appId()): int(action.version()) for action in recorded}
 
 
 def _same_columns(schema: StructType, table_schema_json: str) -> bool:
@@ -138,15 +143,8 @@ def table_transactions(spark: SparkSession, uri: str) -> dict[str, int] | None:
     """
     if not DeltaTable.isDeltaTable(spark, uri):
         return None
-    jvm: Any = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    _, snapshot = latest_snapshot(spark, uri)
     recorded = _checksum_transactions(snapshot)
     if recorded is not None:
         return recorded
-    iterator = snapshot.transactions().iterator()
-    result: dict[str, int] = {}
-    while iterator.hasNext():
-        pair = iterator.next()
-        result[str(pair._1())] = int(pair._2())
-    return result
+    return {str(pair._1()): int(pair._2()) for pair in _items(snapshot.transactions())}

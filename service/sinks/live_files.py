@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.sinks.delta import Commit
+from service.sinks.delta import Commit, latest_snapshot
 
 # Delta writes timestamp statistics truncated to the millisecond.
 _STATS_PRECISION = timedelta(milliseconds=1)
@@ -61,24 +61,21 @@ class LiveFiles:
 
         Naive datetimes are local time, as PySpark takes them.
         """
-        jvm: Any = spark.sparkContext._jvm
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.uri)
-        none = jvm.scala.Option.empty()
-        snapshot = delta_log.update(False, none, none)
+        delta_log, snapshot = latest_snapshot(spark, self.uri)
         if int(snapshot.version()) != self._version:
             self._load(snapshot)
         window = F.col(self.column).between(F.lit(start), F.lit(end))
         if self._files is None:
             return spark.read.format("delta").load(self.uri).where(window)
         low, high = start.astimezone(UTC), end.astimezone(UTC)
+        jvm: Any = spark.sparkContext._jvm
         chosen = jvm.java.util.ArrayList()
         for file in self._files:
             if file.may_hold(low, high):
                 chosen.add(file.action)
         files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(chosen).toSeq()
-        return DataFrame(delta_log.createDataFrame(snapshot, files, False, none), spark).where(
-            window
-        )
+        chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
+        return DataFrame(chosen_only, spark).where(window)
 
     def committed(self, commit: Commit | None) -> None:
         """The writer's `append_once` returned ``commit``: keep its files if it is the next
