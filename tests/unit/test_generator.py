@@ -1,0 +1,17 @@
+"""The generator's event times in count mode."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+from service.generator import count_schedule
+
+
+def test_count_mode_event_times_end_now_and_never_run_ahead() -> None:
+    end = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    times = list(count_schedule(400_000, end))
+    assert len(times) == 400_000
+    assert times[-1] == end
+    assert times[0] == end - timedelta(milliseconds=399_999)
+    assert all(b - a == timedelta(milliseconds=1) for a, b in pairwise(times))
