@@ -67,6 +67,8 @@ _LONG_LIMIT = 9.223372036854775807e18
 _SHOWN_CHARS = 64
 # The path of the payload in ``_json`` (`with_parsed_payload`).
 PAYLOAD = "$[0]"
+# The payload's top-level fields as a struct of VARIANTs (`stage_fields`).
+_FIELDS_COLUMN = "_fields"
 
 
 @dataclass(frozen=True)
@@ -257,9 +259,12 @@ class JsonField:
         return _READERS.get(self.data_type, ()) if self.data_type is not None else ()
 
     def staged_raw(self) -> Column:
-        """The expression of the raw column, read from ``_json``."""
-        path = f"{PAYLOAD}.{self.name}"
-        return F.variant_get("_json", path, "variant").alias(f"_raw_{self._suffix}")
+        """The expression of the raw column, read from the ``_fields`` of `stage_fields`."""
+        top, _, rest = self.name.partition(".")
+        value = F.col(_FIELDS_COLUMN).getField(top)
+        if rest:
+            value = F.variant_get(value, f"$.{rest}", "variant")
+        return value.alias(f"_raw_{self._suffix}")
 
     def staged_schema(self) -> Column:
         """The expression of the raw column's ``schema_of_variant``."""
@@ -482,10 +487,19 @@ def typed_columns(payload: StructType) -> dict[str, Column]:
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
     """Add the raw, schema, type and typed-reading columns of ``fields`` to parsed rows.
 
-    One projection per step, each reading the previous step's columns.
+    One projection per step, each reading the previous step's columns. The payload's
+    top-level fields are read in one pass over the object (``_fields``, a struct of
+    VARIANTs; keys match exactly, as paths do): one path lookup per field decoded the
+    object's keys again each time, and copied its whole key dictionary into every
+    field's VARIANT (measured: 40 % of validation's CPU on generated readings).
     """
     staged = list(fields)
-    raws = records.select("*", *[f.staged_raw() for f in staged])
+    tops = dict.fromkeys(f.name.partition(".")[0] for f in staged)
+    struct = ", ".join(f"`{name}`: variant" for name in tops)
+    objects = records.withColumn(
+        _FIELDS_COLUMN, F.try_variant_get("_json", PAYLOAD, f"struct<{struct}>")
+    )
+    raws = objects.select("*", *[f.staged_raw() for f in staged]).drop(_FIELDS_COLUMN)
     schemas = raws.select("*", *[f.staged_schema() for f in staged])
     kinds = schemas.select("*", *[f.staged_kind() for f in staged])
     direct = kinds.select("*", *[c for f in staged for c in f.staged_values(_DIRECT_READERS)])
