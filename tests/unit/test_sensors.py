@@ -359,3 +359,12 @@ def test_streaming_and_static_parsing_agree(spark: SparkSession, tmp_path: Any) 
     streamed = {tuple(r) for r in spark.table("parsed_sensors").collect()}
     expected = {(name, CASES[name][1]) for name, _ in records}
     assert expected == streamed
+
+
+def test_validation_runs_as_one_compiled_stage(spark: SparkSession) -> None:
+    """Validation's generated methods are over HotSpot's 8,000-bytecode limit: the JVM
+    must compile them, and Spark must keep the stage whole instead of splitting it per
+    operator (which copies the wide staged row at every step)."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
+    assert "-XX:-DontCompileHugeMethods" in list(runtime.getRuntimeMXBean().getInputArguments())
+    assert "65535" == spark.conf.get("spark.sql.codegen.hugeMethodLimit")
