@@ -101,10 +101,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # never JIT-compiles by default: they ran interpreted (9.4 s for 300,000
         # readings), and run per operator under Spark's advice for HotSpot
         # (`spark.sql.codegen.hugeMethodLimit` 8000: 6.8 s, each operator copying the
-        # wide staged row). The JVMs compile them instead (`_JIT_OPTIONS`): 6.0 s.
-        # Default options: Spark puts a deployment's extraJavaOptions after them.
+        # wide staged row). The JVMs compile them instead (`_JIT_OPTIONS`): 6.0 s
+        # (`cluster_conf` sets the executors' too). Default options: Spark puts a
+        # deployment's extraJavaOptions after them.
         "spark.driver.defaultJavaOptions": _JIT_OPTIONS,
-        "spark.executor.defaultJavaOptions": _JIT_OPTIONS,
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
         "spark.hadoop.fs.s3a.fast.upload": "true",
@@ -199,6 +199,10 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
         "spark.executor.instances": settings.spark_executor_instances,
         "spark.cores.max": settings.spark_cores_max,
         "spark.local.dir": settings.spark_local_dir,
+        # In local mode the executor is the driver's JVM.
+        "spark.executor.defaultJavaOptions": (
+            None if _is_local(settings.spark_master) else _JIT_OPTIONS
+        ),
         "spark.kubernetes.container.image": settings.spark_kubernetes_container_image,
         "spark.kubernetes.namespace": settings.spark_kubernetes_namespace,
         "spark.kubernetes.authenticate.driver.serviceAccountName": (
