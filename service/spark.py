@@ -97,11 +97,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Generated classes are cached by their code; 7 queries' stages outgrow the
         # default 100 entries and recompile every micro-batch.
         "spark.sql.codegen.cache.maxEntries": "1000",
-        # Validation's stage generates methods of 19,000-36,000 bytecodes, which HotSpot
-        # never JIT-compiles by default: they ran interpreted (9.4 s for 300,000
-        # readings), and run per operator under Spark's advice for HotSpot
-        # (`spark.sql.codegen.hugeMethodLimit` 8000: 6.8 s, each operator copying the
-        # wide staged row). The JVMs compile them instead (`_JIT_OPTIONS`): 6.0 s
+        # Validation's staged fields generate a method of 19,000 bytecodes, which
+        # HotSpot never JIT-compiles by default: it ran interpreted (6.7 s for 300,000
+        # readings), or per operator under Spark's advice for HotSpot
+        # (`spark.sql.codegen.hugeMethodLimit` 8000: 5.4 s, each operator copying the
+        # wide staged row). The JVMs compile it instead (`_JIT_OPTIONS`): 3.8 s
         # (`cluster_conf` sets the executors' too). Default options: Spark puts a
         # deployment's extraJavaOptions after them.
         "spark.driver.defaultJavaOptions": _JIT_OPTIONS,

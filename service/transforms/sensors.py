@@ -101,13 +101,6 @@ def parse_sensor_readings(
     on valid rows (the raw ``value`` and the reading's ``value`` would clash flat).
     """
     staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS.values())
-    checked = with_error(
-        staged,
-        [
-            *payload_violations(max_payload_bytes, null_allowed=F.lit(False)),
-            *_field_violations(max_future_seconds),
-        ],
-    )
     x, y, z = (_FIELDS[axis].as_double() for axis in ACCELEROMETER_AXES)
     accelerometer = _FIELDS["sensor_type"].as_string() == "accelerometer"
     reading = F.struct(
@@ -116,7 +109,15 @@ def parse_sensor_readings(
         F.when(accelerometer, F.hypot(F.hypot(x, y), z)).alias("magnitude"),
         rescued_fields(F.col("_json"), SENSOR_READING_PAYLOAD.fieldNames()).alias("_rescued"),
     )
-    return checked.select(*bronze.columns, "error_code", "error_detail", reading.alias("reading"))
+    checked = with_error(
+        staged,
+        [
+            *payload_violations(max_payload_bytes, null_allowed=F.lit(False)),
+            *_field_violations(max_future_seconds),
+        ],
+        [*bronze.columns, reading.alias("reading")],
+    )
+    return checked.select(*bronze.columns, "error_code", "error_detail", "reading")
 
 
 def to_sensor_readings(valid: DataFrame) -> DataFrame:

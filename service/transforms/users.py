@@ -126,14 +126,6 @@ def parse_user_changes(
     """
     latest_dob = today if today is not None else F.current_date()
     staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), _FIELDS.values())
-    checked = with_error(
-        staged,
-        [
-            *payload_violations(max_payload_bytes, null_allowed=F.col("key").isNotNull()),
-            *_tombstone_violations(),
-            *_field_violations(latest_dob),
-        ],
-    )
     tombstone = _is_tombstone()
     updated_at = _FIELDS["updated_at"].as_timestamp()
     typed = typed_columns(USER_PAYLOAD)
@@ -146,7 +138,16 @@ def parse_user_changes(
         F.when(tombstone, F.col("kafka_timestamp")).otherwise(updated_at).alias("change_time"),
         rescued_fields(F.col("_json"), USER_PAYLOAD.fieldNames()).alias("_rescued"),
     )
-    return checked.select(*bronze.columns, "error_code", "error_detail", change.alias("change"))
+    checked = with_error(
+        staged,
+        [
+            *payload_violations(max_payload_bytes, null_allowed=F.col("key").isNotNull()),
+            *_tombstone_violations(),
+            *_field_violations(latest_dob),
+        ],
+        [*bronze.columns, change.alias("change")],
+    )
+    return checked.select(*bronze.columns, "error_code", "error_detail", "change")
 
 
 def latest_user_changes(valid_changes: DataFrame) -> DataFrame:

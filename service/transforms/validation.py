@@ -506,19 +506,27 @@ def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
     return direct.select("*", *[c for f in staged for c in f.staged_values(_DERIVED_READERS)])
 
 
-def with_error(records: DataFrame, violations: Iterable[Violation]) -> DataFrame:
-    """Add ``error_code`` and ``error_detail`` (null on valid rows).
+def with_error(
+    records: DataFrame, violations: Iterable[Violation], columns: Sequence[Column | str]
+) -> DataFrame:
+    """``columns`` of ``records`` with ``error_code`` and ``error_detail`` (null on valid rows).
 
-    They come out of a generator (one row in, one row out) on purpose: the
-    optimizer cannot push a filter on them (`split_valid_invalid`) below it, which
+    The rules are evaluated in the projection of ``columns``, which holds the
+    payload's `rescued_fields` (a lambda, evaluated row by row): Spark runs it as a
+    row projection of its own, whose generated code it splits into methods HotSpot
+    compiles. Inside the whole-stage code of the staged fields, the rules made one
+    36 KB method that neither JIT compiler accepts, so it ran interpreted.
+
+    The error comes out of a generator (one row in, one row out) on purpose: the
+    optimizer cannot push a filter on it (`split_valid_invalid`) below it, which
     would inline every staged expression into the filter once per reference.
     """
-    error = first_violation(violations)
+    checked = records.select(*columns, first_violation(violations).alias("_error"))
     outcome = F.struct(
-        error.getField("error_code").alias("error_code"),
-        error.getField("error_detail").alias("error_detail"),
+        F.col("_error.error_code").alias("error_code"),
+        F.col("_error.error_detail").alias("error_detail"),
     )
-    return records.select("*", F.inline(F.array(outcome)))
+    return checked.select("*", F.inline(F.array(outcome))).drop("_error")
 
 
 def split_valid_invalid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
