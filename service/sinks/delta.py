@@ -68,11 +68,11 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> C
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, none
     )
     version = int(txn.commit(files.appended(record), write))
-    added = [f for f in _items(files) if f.getClass().getSimpleName() == "AddFile"]
+    added = [f for f in scala_items(files) if f.getClass().getSimpleName() == "AddFile"]
     return Commit(version, added)
 
 
-def _items(collection: Any) -> list[Any]:
+def scala_items(collection: Any) -> list[Any]:
     """A Scala collection's elements (py4j)."""
     iterator = collection.iterator()
     result = []
@@ -102,7 +102,7 @@ def _checksum_transactions(snapshot: Any) -> dict[str, int] | None:
     checksum = snapshot.checksumOpt()
     if checksum.isEmpty() or checksum.get().setTransactions().isEmpty():
         return None
-    recorded = _items(checksum.get().setTransactions().get())
+    recorded = scala_items(checksum.get().setTransactions().get())
     return {str(action.appId()): int(action.version()) for action in recorded}
 
 
@@ -147,4 +147,4 @@ def table_transactions(spark: SparkSession, uri: str) -> dict[str, int] | None:
     recorded = _checksum_transactions(snapshot)
     if recorded is not None:
         return recorded
-    return {str(pair._1()): int(pair._2()) for pair in _items(snapshot.transactions())}
+    return {str(pair._1()): int(pair._2()) for pair in scala_items(snapshot.transactions())}

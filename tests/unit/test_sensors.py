@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.schemas import QUARANTINE, SILVER_SENSOR_READINGS
+from service.sinks.delta import scala_items
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import parse_user_changes
 from service.transforms.validation import ERROR_CODES, split_valid_invalid, to_quarantine
@@ -385,14 +386,12 @@ def test_validation_runs_as_compiled_code(spark: SparkSession) -> None:
 
 
 def _operators(node: Any, in_stage: bool = False) -> Iterator[tuple[str, bool, set[str]]]:
-    """Every physical operator of ``node``'s tree (py4j): its name, whether it runs in
-    whole-stage generated code, and its output columns (an adapter's own input last)."""
+    """Every physical operator of ``node``'s tree (py4j) but the adapters that feed a
+    whole-stage unit: its name, whether it runs in generated whole-stage code, and its
+    output columns."""
     name = node.nodeName()
-    output = node.output()
-    columns = {output.apply(i).name() for i in range(output.size())}
     if name != "InputAdapter":
-        yield name, in_stage, columns
+        yield name, in_stage, {column.name() for column in scala_items(node.output())}
     inside = name.startswith("WholeStageCodegen") or (in_stage and name != "InputAdapter")
-    children = node.children()
-    for i in range(children.size()):
-        yield from _operators(children.apply(i), inside)
+    for child in scala_items(node.children()):
+        yield from _operators(child, inside)
