@@ -47,7 +47,7 @@ from service.tables import (
     USERS,
     Table,
 )
-from service.transforms.bronze import to_records
+from service.transforms.bronze import TEXT_VIEWS, to_records, with_text_views
 from service.transforms.dedup import find_duplicates, without_duplicates
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import latest_user_changes, parse_user_changes
@@ -127,10 +127,10 @@ class BatchWriter(QueryWriter):
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
             profile = BatchProfile(batch.sparkSession.sparkContext)
-            # Stamped after validation (see `to_records`); cached: every table is
-            # written from the same validated rows.
+            # Stamped after validation (see `to_records`); cached without the text
+            # views (`with_text_views`): every table is written from the same rows.
             stamp = F.lit(datetime.now(UTC))
-            parsed = batch.withColumn(INGESTED_AT.name, stamp).persist()
+            parsed = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp).persist()
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(parsed)
@@ -315,10 +315,10 @@ def _bronze_and_quarantine(
     commit only when they receive rows: an empty commit would cost a Delta
     transaction and prove nothing more.
     """
-    bronze = parsed.select(*BRONZE.fieldNames())
+    bronze = with_text_views(parsed).select(*BRONZE.fieldNames())
     writes: list[Callable[[], object]] = [lambda: written.append(bronze, bronze_table, settings)]
     if summary.quarantined:
-        quarantine = to_quarantine(invalid, written.stamp)
+        quarantine = to_quarantine(with_text_views(invalid), written.stamp)
         writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE, settings))
     return writes
 

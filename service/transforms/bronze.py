@@ -14,6 +14,18 @@ def utf8_text(raw: Column) -> Column:
     return F.when(F.is_valid_utf8(text), text)
 
 
+TEXT_VIEWS = ("key_text", "value_text")
+
+
+def with_text_views(rows: DataFrame) -> DataFrame:
+    """``rows`` with ``key_text``/``value_text`` (again) from their ``key``/``value`` bytes.
+
+    A batch's cache leaves them out: text copies of the payload double what it holds,
+    and recomputing them where a table needs them costs less than caching them.
+    """
+    return rows.withColumns({name: utf8_text(F.col(name[: -len("_text")])) for name in TEXT_VIEWS})
+
+
 def to_records(kafka_rows: DataFrame) -> DataFrame:
     """Map Spark Kafka source columns to the bronze columns but ``ingested_at``.
 
