@@ -4,8 +4,10 @@ The one earlier layout is bronze and quarantine with ``key``/``value`` as STRING
 (before DESIGN.md §3 made them the exact bytes, BINARY, with text views). Each
 such table is rewritten by one Delta overwrite commit: its rows, Kafka
 coordinates and ``txn`` records (the exactly-once bookkeeping) stay, so the
-checkpoints still agree with it. It runs under the driver lease: never beside a
-running driver.
+checkpoints still agree with it. A table created before one of its declared
+Delta properties (`service.tables`, e.g. which columns get file statistics)
+gets it by one metadata commit, which rewrites no data. It runs under the
+driver lease: never beside a running driver.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from service.config import Settings
 from service.errors import TableLayoutError
 from service.lease import acquire_driver_lease
 from service.spark import build_spark
-from service.tables import BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
+from service.tables import ALL_TABLES, BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
 from service.transforms.bronze import raw_from_text
 
 log = structlog.get_logger(__name__)
@@ -38,15 +40,30 @@ def migrate(settings: Settings) -> list[str]:
 
 
 def migrate_tables(spark: SparkSession, settings: Settings) -> list[str]:
-    """Upgrade every table of an earlier layout; return the names of those rewritten."""
+    """Upgrade every table of an earlier layout or properties; return the names of those changed."""
     migrated = []
-    for table in _RAW_TABLES:
+    for table in ALL_TABLES:
         uri = table.uri(settings.storage_uri)
         if not DeltaTable.isDeltaTable(spark, uri):
             continue
-        if _upgrade(spark, table, uri):
+        rewritten = table in _RAW_TABLES and _upgrade(spark, table, uri)
+        if _set_properties(spark, table, uri) or rewritten:
             migrated.append(table.name)
     return migrated
+
+
+def _set_properties(spark: SparkSession, table: Table, uri: str) -> bool:
+    """Set ``table``'s declared properties the table lacks (or holds other values of)."""
+    current = DeltaTable.forPath(spark, uri).detail().first()
+    configuration = dict(current["properties"]) if current is not None else {}
+    missing = {k: v for k, v in table.properties.items() if configuration.get(k) != v}
+    if not missing:
+        return False
+    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
+    path = uri.replace("`", "``")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
+    log.info("table_properties_set", table=table.name, uri=uri, properties=missing)
+    return True
 
 
 def _upgrade(spark: SparkSession, table: Table, uri: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +16,8 @@ from pyspark.sql import functions as F
 
 from service.sinks.delta import append_once, ensure_table, table_transactions
 from service.sinks.live_files import LiveFiles
-from service.tables import SENSOR_DUPLICATES_TABLE, SENSOR_READINGS
-from tests.unit.records import readings
+from service.tables import BRONZE_SENSORS, SENSOR_DUPLICATES_TABLE, SENSOR_READINGS, STATS_COLUMNS
+from tests.unit.records import bronze_frame, readings
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -123,6 +124,38 @@ def test_rows_whose_columns_differ_from_the_table_are_refused_by_delta(
 
     assert 3 == spark.read.format("delta").load(uri).count()
     assert {"app": 0} == table_transactions(spark, uri)
+
+
+def _file_statistics(table: Path) -> list[dict[str, Any]]:
+    """The ``stats`` of every file the table's log adds."""
+    adds = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        adds += [json.loads(a["add"]["stats"]) for a in actions if "add" in a]
+    return adds
+
+
+def test_files_carry_statistics_on_the_declared_columns_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    for table in (BRONZE_SENSORS, SENSOR_READINGS):
+        path = tmp_path / table.name
+        ensure_table(spark, f"file:{path}", table)
+        if table is SENSOR_READINGS:
+            rows = readings(spark, [("e1", 0, 5, T0), ("e2", 1, 9, T0 + timedelta(seconds=1))])
+        else:
+            rows = bronze_frame(spark, [("d1", '{"a": 1}'), ("d2", "x")], "sensors")
+        append_once(rows.coalesce(1), f"file:{path}", "app", 0)
+        declared = table.properties[STATS_COLUMNS].split(",")
+
+        (stats,) = _file_statistics(path)
+        assert 2 == stats["numRecords"]
+        assert declared == list(stats["nullCount"]), table.name
+        # Bounds where a column has values (all null: none).
+        assert {"kafka_offset", "kafka_timestamp"} <= set(stats["minValues"]) <= set(declared)
+        assert set(stats["minValues"]) == set(stats["maxValues"])
+        # Never the payload: neither its bytes nor its text.
+        assert not {"key", "value", "key_text", "value_text"} & set(declared)
 
 
 def _arrivals(spark: SparkSession, minute: int) -> DataFrame:

@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -73,6 +74,9 @@ def test_an_earlier_layout_is_refused_then_migrated_in_place(
         (0, b"d1", b'{"event_id": "e"}', "d1", '{"event_id": "e"}'),
         (1, b"d2", NOT_UTF8, "d2", None),
     ] == got
+    # The table's declared properties are set (it was created without them).
+    (detail,) = DeltaTable.forPath(spark, uri).detail().collect()
+    assert BRONZE_SENSORS.properties.items() <= detail["properties"].items()
     # The exactly-once bookkeeping survives the rewrite; a second run has nothing to do.
     assert {"ingest_sensors-app": 7} == table_transactions(spark, uri)
     assert [] == migrate_tables(spark, settings)
