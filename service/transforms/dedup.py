@@ -8,7 +8,10 @@ after a crash), never its duplicate, so replays classify every record the same w
 
 The search runs on the key columns only (event id, Kafka coordinates): its
 shuffles move a few dozen bytes a reading, not whole readings, and the readings
-themselves are filtered only when the batch has duplicates at all.
+themselves are filtered only when the batch has duplicates at all. It first
+narrows the readings to the event ids seen at two Kafka coordinates or more
+(`duplicate_candidates`, one hash aggregation); the windows and the join that
+decide which of them repeat what run on those few rows only.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ def find_duplicates(
     ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
     earliest silver reading it matches, else the previous one in the batch.
     """
+    # Silver's rows that share an id with the batch, then the ids at two coordinates:
+    # both broadcast (at most a batch's ids), so neither silver nor the batch is shuffled.
+    batch_ids = F.broadcast(readings.select("event_id"))
+    recent_silver = recent_silver.join(batch_ids, "event_id", "left_semi")
+    candidates = F.broadcast(duplicate_candidates(readings, recent_silver))
+    readings = readings.join(candidates, "event_id", "left_semi")
+    recent_silver = recent_silver.join(candidates, "event_id", "left_semi")
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")
     earlier_in_batch = Window.partitionBy("event_id").orderBy(*_ORDER)
     horizon = F.expr(f"INTERVAL {int(horizon_seconds)} SECONDS")
@@ -77,6 +87,25 @@ def find_duplicates(
             F.col("_original.kafka_offset").alias("original_kafka_offset"),
         )
         .select([F.col(f.name).cast(f.dataType) for f in SENSOR_DUPLICATES.fields])
+    )
+
+
+def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:
+    """The ``event_id``s of ``readings`` that ``readings`` and ``recent_silver`` together
+    hold at two Kafka coordinates or more: every id `find_duplicates` can report, and
+    those of repeats beyond the horizon. One aggregation, no sort; usually empty.
+    """
+    at = F.struct(*_COORDINATES)
+    rows = readings.select("event_id", at.alias("_at"), F.lit(True).alias("_batch")).unionByName(
+        recent_silver.select("event_id", at.alias("_at"), F.lit(False).alias("_batch"))
+    )
+    return (
+        rows.groupBy("event_id")
+        .agg(
+            F.min("_at").alias("_first"), F.max("_at").alias("_last"), F.max("_batch").alias("_in")
+        )
+        .where(F.col("_in") & (F.col("_first") != F.col("_last")))
+        .select("event_id")
     )
 
 

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from service.ingest import summarize
 from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
-from service.transforms.dedup import find_duplicates, without_duplicates
+from service.transforms.dedup import duplicate_candidates, find_duplicates, without_duplicates
 from tests.unit.records import readings
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
@@ -48,6 +48,9 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
          r.original_kafka_offset)
         for r in duplicates.collect()
     )  # fmt: skip
+    # The ids the search narrows to: at two coordinates, whatever the horizon.
+    candidates = duplicate_candidates(batch, silver)
+    assert ["old", "seen", "twice"] == sorted(r.event_id for r in candidates.collect())
     assert SILVER_SENSOR_READINGS.fieldNames() == fresh.columns
     assert [(f.name, f.dataType) for f in SENSOR_DUPLICATES.fields] == [
         (f.name, f.dataType) for f in duplicates.schema.fields
