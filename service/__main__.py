@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print one JSON document")
     commands.add_parser(
         "migrate",
-        help="upgrade tables written by an earlier table layout, in place (driver stopped)",
+        help="upgrade tables written by an earlier table layout or without their declared "
+        "Delta properties, in place (driver stopped)",
     )
     _add_lake_verbs(commands)
     _add_replay_verb(commands)

@@ -3,10 +3,11 @@
 Kafka is read once per topic by an *ingest query*. Validation is part of the
 streaming query itself (`IngestQuery.validate`): its plan is built and analysed
 once at start, not per micro-batch. The ``foreachBatch`` writer caches the
-validated rows, which carry both the bronze columns and the parsed payload, and
-from those same rows writes bronze, quarantines, dedups and writes silver: the
-independent tables at once (`service.queries.run_together`), since most of a
-small Delta append is the driver's fixed cost, not the rows.
+validated rows, which carry the bronze columns (but the text views, recomputed
+where written) and the parsed payload, and from those same rows writes
+bronze, quarantines, dedups and writes silver: the independent tables at once
+(`service.queries.run_together`), since most of a small Delta append is the
+driver's fixed cost, not the rows.
 Every table write carries Delta's ``txnAppId``/``txnVersion`` = (query app id,
 batch id). If the driver dies anywhere inside a batch, the restart replays the
 same offsets under the same batch id: tables that already hold that batch skip
