@@ -268,7 +268,8 @@ def _write_sensors(
         readings = to_sensor_readings(valid)
         recent = recent_readings(valid.sparkSession, silver, summary, settings)
         # Cached: the silver lookup runs once, for the count, the write and the filter.
-        duplicates = find_duplicates(readings, recent, settings.dedup_horizon_seconds).persist()
+        horizon = settings.dedup_horizon_seconds
+        duplicates = find_duplicates(readings, recent, horizon, summary.valid).persist()
         try:
             with written.profile.phase("dedup"):
                 duplicate_rows = duplicates.count()

@@ -287,7 +287,8 @@ class _Replayer:
         readings = to_sensor_readings(valid)
         silver = silver_files(self.settings)
         recent = recent_readings(self.spark, silver, summary, self.settings)
-        duplicates = find_duplicates(readings, recent, self.settings.dedup_horizon_seconds)
+        horizon = self.settings.dedup_horizon_seconds
+        duplicates = find_duplicates(readings, recent, horizon, summary.valid)
         duplicates = duplicates.persist()
         if summary.valid and not dry_run:
             storage = self.settings.storage_uri

@@ -23,22 +23,30 @@ from service.schemas import SENSOR_DUPLICATES
 
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
+# Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
+BROADCAST_IDS = 1_000_000
 
 
 def find_duplicates(
-    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int
+    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int, rows: int | None = None
 ) -> DataFrame:
     """The silver/sensor_duplicates rows of ``readings``: each repeat and what it repeats.
 
     ``recent_silver`` is silver/sensor_readings, ideally pruned to the arrival window
     ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
     earliest silver reading it matches, else the previous one in the batch.
+    ``rows``, the number of ``readings`` when known: up to `BROADCAST_IDS` the
+    batch's event ids are broadcast (neither silver nor the batch is shuffled);
+    beyond it or unknown (a large replay), Spark plans the joins by its own estimates.
     """
-    # Silver's rows that share an id with the batch, then the ids at two coordinates:
-    # both broadcast (at most a batch's ids), so neither silver nor the batch is shuffled.
-    batch_ids = F.broadcast(readings.select("event_id"))
-    recent_silver = recent_silver.join(batch_ids, "event_id", "left_semi")
-    candidates = F.broadcast(duplicate_candidates(readings, recent_silver))
+    # Silver's rows that share an id with the batch, then the ids at two coordinates.
+    share = rows is not None and rows <= BROADCAST_IDS
+    batch_ids = readings.select("event_id")
+    recent_silver = recent_silver.join(
+        F.broadcast(batch_ids) if share else batch_ids, "event_id", "left_semi"
+    )
+    candidates = duplicate_candidates(readings, recent_silver)
+    candidates = F.broadcast(candidates) if share else candidates
     readings = readings.join(candidates, "event_id", "left_semi")
     recent_silver = recent_silver.join(candidates, "event_id", "left_semi")
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")

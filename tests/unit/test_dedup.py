@@ -18,8 +18,9 @@ T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
 
 
+@pytest.mark.parametrize("rows", [6, None], ids=["ids-broadcast", "planned-by-spark"])
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
-    spark: SparkSession,
+    spark: SparkSession, rows: int | None
 ) -> None:
     silver = readings(
         spark,
@@ -40,7 +41,7 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
             ("new", 2, 12, T0),
         ],
     )
-    duplicates = find_duplicates(batch, silver, HORIZON)
+    duplicates = find_duplicates(batch, silver, HORIZON, rows)
     fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
     assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
