@@ -18,12 +18,14 @@ TEXT_VIEWS = ("key_text", "value_text")
 
 
 def with_text_views(rows: DataFrame) -> DataFrame:
-    """``rows`` with ``key_text``/``value_text`` (again) from their ``key``/``value`` bytes.
+    """``rows`` with ``key_text``/``value_text``: the UTF-8 text of ``key``/``value``.
 
-    A batch's cache leaves them out: text copies of the payload double what it holds,
-    and recomputing them where a table needs them costs less than caching them.
+    Also what a batch's writer uses to add them back: its cache leaves them out (text
+    copies of the payload double what it holds; recomputing them costs less).
     """
-    return rows.withColumns({name: utf8_text(F.col(name[: -len("_text")])) for name in TEXT_VIEWS})
+    return rows.withColumns(
+        {"key_text": utf8_text(F.col("key")), "value_text": utf8_text(F.col("value"))}
+    )
 
 
 def to_records(kafka_rows: DataFrame) -> DataFrame:
@@ -37,17 +39,18 @@ def to_records(kafka_rows: DataFrame) -> DataFrame:
     ``key_text``/``value_text`` are their UTF-8 text, null where the bytes are not
     valid UTF-8.
     """
-    return kafka_rows.select(
+    records = kafka_rows.select(
         F.col("key"),
         F.col("value"),
-        utf8_text(F.col("key")).alias("key_text"),
-        utf8_text(F.col("value")).alias("value_text"),
         F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("headers"),
-    ).select([F.col(f.name).cast(f.dataType) for f in KAFKA_RECORD.fields])
+    )
+    return with_text_views(records).select(
+        [F.col(f.name).cast(f.dataType) for f in KAFKA_RECORD.fields]
+    )
 
 
 def raw_from_text(rows: DataFrame) -> DataFrame:
@@ -56,12 +59,5 @@ def raw_from_text(rows: DataFrame) -> DataFrame:
     The STRING columns held the record's exact bytes (invalid UTF-8 included), so the
     cast back to BINARY is lossless.
     """
-    key, value = F.col("key").cast("binary"), F.col("value").cast("binary")
-    return rows.withColumns(
-        {
-            "key": key,
-            "value": value,
-            "key_text": utf8_text(key),
-            "value_text": utf8_text(value),
-        }
-    )
+    raw = {"key": F.col("key").cast("binary"), "value": F.col("value").cast("binary")}
+    return with_text_views(rows.withColumns(raw))

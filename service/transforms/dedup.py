@@ -28,19 +28,19 @@ BROADCAST_IDS = 1_000_000
 
 
 def find_duplicates(
-    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int, rows: int | None = None
+    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int, rows: int
 ) -> DataFrame:
     """The silver/sensor_duplicates rows of ``readings``: each repeat and what it repeats.
 
     ``recent_silver`` is silver/sensor_readings, ideally pruned to the arrival window
     ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
     earliest silver reading it matches, else the previous one in the batch.
-    ``rows``, the number of ``readings`` when known: up to `BROADCAST_IDS` the
-    batch's event ids are broadcast (neither silver nor the batch is shuffled);
-    beyond it or unknown (a large replay), Spark plans the joins by its own estimates.
+    ``rows`` is the number of ``readings``: up to `BROADCAST_IDS` the batch's event
+    ids are broadcast (neither silver nor the batch is shuffled); beyond it (a large
+    replay), Spark plans the joins by its own estimates.
     """
     # Silver's rows that share an id with the batch, then the ids at two coordinates.
-    share = rows is not None and rows <= BROADCAST_IDS
+    share = rows <= BROADCAST_IDS
     batch_ids = readings.select("event_id")
     recent_silver = recent_silver.join(
         F.broadcast(batch_ids) if share else batch_ids, "event_id", "left_semi"

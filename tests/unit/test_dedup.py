@@ -11,16 +11,21 @@ from pyspark.sql import functions as F
 
 from service.ingest import summarize
 from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
-from service.transforms.dedup import duplicate_candidates, find_duplicates, without_duplicates
+from service.transforms.dedup import (
+    BROADCAST_IDS,
+    duplicate_candidates,
+    find_duplicates,
+    without_duplicates,
+)
 from tests.unit.records import readings
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
 
 
-@pytest.mark.parametrize("rows", [6, None], ids=["ids-broadcast", "planned-by-spark"])
+@pytest.mark.parametrize("rows", [6, BROADCAST_IDS + 1], ids=["broadcast", "planned-by-spark"])
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
-    spark: SparkSession, rows: int | None
+    spark: SparkSession, rows: int
 ) -> None:
     silver = readings(
         spark,
@@ -61,7 +66,7 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
 def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     silver = readings(spark, [("a", 0, 1, T0)])
     batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
-    duplicates = find_duplicates(batch, silver, HORIZON)
+    duplicates = find_duplicates(batch, silver, HORIZON, 3)
     assert 0 == duplicates.count()
     assert ["a", "b", "c"] == sorted(
         r.event_id for r in without_duplicates(batch, duplicates).collect()
