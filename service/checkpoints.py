@@ -18,6 +18,8 @@ from typing import Protocol
 from service.errors import CheckpointCorruptError, CheckpointMismatchError
 
 APP_ID_PREFIX = "lakehouse-ingest"
+# Our file in a checkpoint: the version of the query's plan its state was started with.
+PLAN_FILE = "lakehouse-ingest-plan"
 
 
 class CheckpointFiles(Protocol):
@@ -25,6 +27,12 @@ class CheckpointFiles(Protocol):
 
     def read_text(self, uri: str) -> str | None: ...
     def list_names(self, uri: str) -> list[str]: ...
+
+
+class PlanFiles(CheckpointFiles, Protocol):
+    """What `checkpoint_plan` needs: the reads, and writing the plan file."""
+
+    def write_text(self, uri: str, text: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,34 @@ def read_checkpoint(files: CheckpointFiles, uri: str) -> CheckpointState:
         batch_timestamp_ms=int(stamp) if isinstance(stamp, int | float) else None,
         kafka_offsets=_kafka_offsets(lines[2:]),
     )
+
+
+def checkpoint_plan(files: PlanFiles, uri: str, current: int) -> int:
+    """The plan version (1 to ``current``) the stateful query checkpointed at ``uri`` runs.
+
+    A plan that changes a query's state layout gets a new version; Spark refuses to
+    restore state written by another layout. A new checkpoint records ``current`` in
+    `PLAN_FILE` before Spark creates it; one Spark already created without that file
+    was started by version 1; a recorded version is kept for the checkpoint's life,
+    as Spark keeps its own state format versions in the offsets log.
+    """
+    if files.read_text(f"{uri}/metadata") is None:
+        files.write_text(f"{uri}/{PLAN_FILE}", f"{current}\n")
+        return current
+    recorded = files.read_text(f"{uri}/{PLAN_FILE}")
+    if recorded is None:
+        return 1
+    try:
+        version = int(recorded.strip())
+    except ValueError:
+        raise _corrupt(f"{uri}/{PLAN_FILE}", "corrupt (not a plan version)") from None
+    if not 1 <= version <= current:
+        raise CheckpointMismatchError(
+            f"checkpoint {uri} was started by plan version {version} of its query, but this "
+            f"release knows versions 1 to {current}. Run the release that started it, or "
+            "rebuild the query's table and checkpoint (README: Upgrading a lake)."
+        )
+    return version
 
 
 def _corrupt(file: str, what: str) -> CheckpointCorruptError:

@@ -23,9 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from service.checkpoints import checkpoint_plan
 from service.config import Settings
+from service.hadoop_fs import HadoopFiles
 from service.maintenance import TableMaintenance
-from service.queries import QueryWriter, start_with_writer
+from service.queries import QueryWriter, checkpoint_location, start_with_writer
 from service.sinks.delta import append_once
 from service.tables import (
     ALERTS,
@@ -54,7 +56,10 @@ class GoldQuery:
 
     name: str
     table: Table
-    build: Callable[[DataFrame, Settings], DataFrame]
+    # How the silver readings stream becomes rows, by plan version (1, 2, ...): a new
+    # version when a change alters the query's state layout; a checkpoint keeps the
+    # version it was started with (`checkpoints.checkpoint_plan`), new ones get the last.
+    plans: tuple[Callable[[DataFrame, Settings], DataFrame], ...]
     # Per micro-batch, before the write (e.g. a join with a table snapshot).
     per_batch: Callable[[DataFrame, Settings], DataFrame] | None = None
     # Per micro-batch, after the Delta commit (e.g. publishing to Kafka).
@@ -72,28 +77,39 @@ def gold_queries() -> list[GoldQuery]:
         GoldQuery(
             "gold_sensor_stats_1m",
             SENSOR_STATS_1M,
-            lambda r, s: sensor_stats(r, s.stats_window, s.watermark),
+            (lambda r, s: sensor_stats(r, s.stats_window, s.watermark),),
         ),
         GoldQuery(
             "gold_heart_rate_5m",
             HEART_RATE_5M,
-            lambda r, s: heart_rate_stats(r, s.heart_rate_window, s.heart_rate_slide, s.watermark),
+            (
+                lambda r, s: heart_rate_stats(
+                    r, s.heart_rate_window, s.heart_rate_slide, s.watermark
+                ),
+            ),
         ),
         GoldQuery(
             "gold_readings_enriched",
             READINGS_ENRICHED,
-            lambda r, s: r,
+            (lambda r, s: r,),
             per_batch=_enrich_with_current_users,
         ),
         GoldQuery(
             "gold_heart_rate_activity",
             HEART_RATE_ACTIVITY,
-            lambda r, s: heart_rate_with_activity(r, s.watermark, s.join_tolerance_seconds),
+            (
+                # 1: state keyed by user alone (checkpoints started before version 2).
+                lambda r, s: heart_rate_with_activity(
+                    r, s.watermark, s.join_tolerance_seconds, bucketed=False
+                ),
+                # 2: keyed by user and event-time minute: the same pairs, fewer comparisons.
+                lambda r, s: heart_rate_with_activity(r, s.watermark, s.join_tolerance_seconds),
+            ),
         ),
         GoldQuery(
             "gold_alerts",
             ALERTS,
-            lambda r, s: alerts(r, s.alert_heart_rate_bpm),
+            (lambda r, s: alerts(r, s.alert_heart_rate_bpm),),
             after_write=_publish_alerts,
         ),
     ]
@@ -164,13 +180,25 @@ def start_gold_query(
     writer: GoldWriter,
     available_now: bool,
 ) -> StreamingQuery:
-    """Start ``query`` reading silver/sensor_readings as a stream."""
+    """Start ``query`` reading silver/sensor_readings as a stream, with the plan version
+    its checkpoint was started with."""
+    checkpoint = checkpoint_location(settings, query.name)
+    version = checkpoint_plan(HadoopFiles(spark), checkpoint, len(query.plans))
+    if version < len(query.plans):
+        log.warning(
+            "gold_plan_kept",
+            query=query.name,
+            plan_version=version,
+            latest=len(query.plans),
+            hint="the checkpoint's state was started by an earlier plan and keeps it; "
+            "README 'Upgrading a lake' rebuilds the query with the latest",
+        )
     readings = (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", settings.gold_max_files_per_trigger)
         .load(SENSOR_READINGS.uri(settings.storage_uri))
     )
-    stream = query.build(readings, settings).writeStream.outputMode("append")
+    stream = query.plans[version - 1](readings, settings).writeStream.outputMode("append")
     source = SENSOR_READINGS.name
     return start_with_writer(
         spark,

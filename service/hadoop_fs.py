@@ -32,6 +32,15 @@ class HadoopFiles:
             return []
         return [status.getPath().getName() for status in fs.listStatus(path)]
 
+    def write_text(self, uri: str, text: str) -> None:
+        """Create or replace ``uri`` with ``text`` (UTF-8)."""
+        fs, path = self._path(uri)
+        stream = fs.create(path, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
     def read_text(self, uri: str, attempts: int = 5) -> str | None:
         """The UTF-8 content of ``uri``, or None if it does not exist.
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from service.checkpoints import (
+    PLAN_FILE,
     CheckpointState,
     app_id,
+    checkpoint_plan,
     read_checkpoint,
     verify_checkpoint_matches_tables,
 )
@@ -99,6 +101,9 @@ class DictFiles:
     def list_names(self, uri: str) -> list[str]:
         return [k.removeprefix(f"{uri}/") for k in self.files if k.startswith(f"{uri}/")]
 
+    def write_text(self, uri: str, text: str) -> None:
+        self.files[uri] = text
+
 
 def spark_checkpoint() -> dict[str, str]:
     """Batches 0-1 committed, batch 2 planned: the files as Spark 4.0 writes them."""
@@ -153,3 +158,33 @@ def test_an_old_offsets_file_spark_no_longer_reads_is_not_checked() -> None:
     files = spark_checkpoint()
     files["cp/offsets/0"] = "garbage"
     assert 1 == read_checkpoint(DictFiles(files), "cp").last_committed_batch
+
+
+def test_a_new_checkpoint_records_the_latest_plan_and_keeps_it() -> None:
+    files = DictFiles({})
+    assert 2 == checkpoint_plan(files, "cp", 2)
+    assert {f"cp/{PLAN_FILE}": "2\n"} == files.files
+    files.files["cp/metadata"] = '{"id":"q-1"}'  # Spark created the checkpoint
+    assert 2 == checkpoint_plan(files, "cp", 3)  # a later release keeps the recorded one
+
+
+def test_a_checkpoint_spark_created_without_a_plan_file_runs_plan_1() -> None:
+    files = DictFiles(spark_checkpoint())
+    assert 1 == checkpoint_plan(files, "cp", 2)
+    assert f"cp/{PLAN_FILE}" not in files.files
+
+
+def test_a_plan_file_left_beside_no_checkpoint_is_replaced() -> None:
+    files = DictFiles({f"cp/{PLAN_FILE}": "1\n"})  # written, then the start failed
+    assert 2 == checkpoint_plan(files, "cp", 2)
+    assert "2\n" == files.files[f"cp/{PLAN_FILE}"]
+
+
+@pytest.mark.parametrize(("text", "error"), [("x", CheckpointCorruptError),
+    ("3", CheckpointMismatchError), ("0", CheckpointMismatchError)])  # fmt: skip
+def test_an_unreadable_or_unknown_plan_version_refuses_to_start(
+    text: str, error: type[Exception]
+) -> None:
+    files = DictFiles({"cp/metadata": '{"id":"q-1"}', f"cp/{PLAN_FILE}": text})
+    with pytest.raises(error, match=PLAN_FILE if error is CheckpointCorruptError else "1 to 2"):
+        checkpoint_plan(files, "cp", 2)

@@ -102,8 +102,9 @@ def test_enrichment_keeps_unknown_and_deleted_users_with_user_known_false(
     } == actual
 
 
+@pytest.mark.parametrize("bucketed", [True, False])
 def test_heart_rate_joins_every_accelerometer_reading_of_the_user_within_30_seconds(
-    spark: SparkSession,
+    spark: SparkSession, bucketed: bool
 ) -> None:
     rows = [
         hr("h1", 1, T0, 120.0),
@@ -112,10 +113,40 @@ def test_heart_rate_joins_every_accelerometer_reading_of_the_user_within_30_seco
         acc("a+31", 1, T0 + timedelta(seconds=31), 12.0, "walk"),
         acc("other-user", 2, T0, 10.0, "sit"),
     ]
-    pairs = heart_rate_with_activity(readings(spark, rows), "10 minutes", 30).collect()
+    pairs = heart_rate_with_activity(
+        readings(spark, rows), "10 minutes", 30, bucketed=bucketed
+    ).collect()
     assert [("h1", "a+10", "bike"), ("h1", "a-30", "bike")] == sorted(
         (r.hr_event_id, r.acc_event_id, r.activity) for r in pairs
     )
+
+
+@pytest.mark.parametrize("tolerance", [30, 45, 90])
+def test_bucketed_join_finds_every_pair_once_across_bucket_edges(
+    spark: SparkSession, tolerance: int
+) -> None:
+    """Readings on and around minute edges, and around the epoch (where integer division
+    makes one bucket two minutes wide): the pairs are exactly the brute-force ones, each
+    once, whatever the tolerance's ratio to the bucket."""
+    edge = datetime(2026, 11, 21, 12, 1, 0)
+    offsets_ms = [-90_000, -60_001, -60_000, -45_000, -30_001, -30_000, -29_999, -1, 0, 1,
+                  29_999, 30_000, 30_001, 59_999, 60_000, 90_000, 119_999]  # fmt: skip
+    rows = []
+    for base in (edge, datetime(1969, 12, 31, 23, 59, 0)):
+        for i, off in enumerate(offsets_ms):
+            at = base + timedelta(milliseconds=off)
+            rows.append(hr(f"h{base.year}-{i}", 1, at, 70.0))
+            rows.append(acc(f"a{base.year}-{i}", 1, at, 1.0, "walk"))
+    by_id = {r["event_id"]: r["event_time"] for r in rows}
+    expected = sorted(
+        (h, a)
+        for h in by_id
+        if h.startswith("h")
+        for a in by_id
+        if a.startswith("a") and abs(by_id[a] - by_id[h]) <= timedelta(seconds=tolerance)
+    )
+    found = heart_rate_with_activity(readings(spark, rows), "10 minutes", tolerance).collect()
+    assert expected == sorted((r.hr_event_id, r.acc_event_id) for r in found)
 
 
 @pytest.mark.parametrize("threshold", [180.0, 100.0])
