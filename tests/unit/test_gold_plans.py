@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -54,3 +55,14 @@ def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_
     query = start_gold_query(spark, settings, join, GoldWriter(join, settings, lambda: None), True)
     with pytest.raises(StreamingQueryException, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
         query.awaitTermination()
+
+    # The upgrade (README, Upgrading a lake): without its table and checkpoint, the query
+    # rebuilds the table from silver with the latest plan.
+    shutil.rmtree(checkpoint.removeprefix("file:"))
+    shutil.rmtree(HEART_RATE_ACTIVITY.uri(settings.storage_uri).removeprefix("file:"))
+    query = start_gold_query(spark, settings, join, GoldWriter(join, settings, lambda: None), True)
+    query.awaitTermination()
+    assert "2\n" == (Path(checkpoint.removeprefix("file:")) / PLAN_FILE).read_text()
+    gold = spark.read.format("delta").load(HEART_RATE_ACTIVITY.uri(settings.storage_uri))
+    pairs = sorted((r.hr_event_id, r.acc_event_id) for r in gold.collect())
+    assert [("h1", "a1"), ("h1", "a2"), ("h2", "a1"), ("h2", "a2"), ("h3", "a2")] == pairs
