@@ -98,9 +98,18 @@ def checkpoint_plan(files: PlanFiles, uri: str, current: int) -> int:
     was started by version 1; a recorded version is kept for the checkpoint's life,
     as Spark keeps its own state format versions in the offsets log.
     """
-    if files.read_text(f"{uri}/metadata") is None:
+    version = recorded_plan(files, uri, current)
+    if version is None:
         files.write_text(f"{uri}/{PLAN_FILE}", f"{current}\n")
         return current
+    return version
+
+
+def recorded_plan(files: CheckpointFiles, uri: str, current: int) -> int | None:
+    """The plan version of the checkpoint at ``uri`` (see `checkpoint_plan`); ``None``
+    before Spark created it. Reads only."""
+    if files.read_text(f"{uri}/metadata") is None:
+        return None
     recorded = files.read_text(f"{uri}/{PLAN_FILE}")
     if recorded is None:
         return 1

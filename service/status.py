@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from service.checkpoints import CheckpointFiles, CheckpointState, read_checkpoint
+from service.checkpoints import CheckpointFiles, CheckpointState, read_checkpoint, recorded_plan
 from service.config import Settings
 from service.driver_view import DriverView, QueryNow, fetch_driver_view
+from service.errors import CheckpointCorruptError, CheckpointMismatchError
 from service.gold import gold_queries
 from service.ingest import ingest_queries
 from service.lag import PartitionStatus, broker_offsets, offsets_consumer, partition_lag
@@ -47,6 +48,9 @@ class QueryStatus:
     lag: int | None
     partitions: list[PartitionStatus]
     errors: list[str]
+    plan_version: int | None = None
+    """A gold query's plan version (`service.checkpoints.checkpoint_plan`), once started."""
+    latest_plan: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,11 @@ class Status:
         )
         for q in self.queries:
             lines += [f"  {q.query}: {e}" for e in q.errors]
+            if q.plan_version is not None and q.plan_version != q.latest_plan:
+                lines.append(
+                    f"  {q.query}: runs plan {q.plan_version} of {q.latest_plan}, its state's "
+                    "layout; README 'Upgrading a lake' rebuilds it with the latest"
+                )
         lines.append("")
         lines += _columns(
             ("TABLE", "VERSION", "ROWS", "LAST COMMIT (UTC)", "OPERATION"),
@@ -178,7 +187,14 @@ def collect_status(settings: Settings) -> Status:
         for q in queries
     ] + [
         _query_status(
-            files, modified, checkpoint_location(settings, g.name), g.name, None, {}, True
+            files,
+            modified,
+            checkpoint_location(settings, g.name),
+            g.name,
+            None,
+            {},
+            True,
+            plans=len(g.plans),
         )
         for g in gold
     ]
@@ -226,10 +242,18 @@ def _query_status(
     topic: str | None,
     latest: Mapping[str, Any],
     from_earliest: bool,
+    plans: int | None = None,
 ) -> QueryStatus:
-    """A query's checkpoint; for an ingest query (``topic`` set) its Kafka lag too."""
+    """A query's checkpoint; for an ingest query (``topic`` set) its Kafka lag too, for
+    a gold query (``plans``: its number of plan versions) the version it runs."""
     errors = [latest["_error"]] if topic is not None and "_error" in latest else []
     state = _guarded(lambda: read_checkpoint(files, uri), errors, CheckpointState(uri))
+    plan = None
+    if plans is not None:
+        try:
+            plan = recorded_plan(files, uri, plans)
+        except (OSError, CheckpointCorruptError, CheckpointMismatchError) as e:
+            errors.append(f"plan version: {_first_line(e)}")
     partitions = (
         partition_lag(state.kafka_offsets.get(topic, {}), latest.get(topic), from_earliest)
         if topic is not None
@@ -255,6 +279,8 @@ def _query_status(
         lag=None if not lags or None in lags else sum(x for x in lags if x is not None),
         partitions=partitions,
         errors=errors,
+        plan_version=plan,
+        latest_plan=plans,
     )
 
 

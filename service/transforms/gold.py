@@ -122,22 +122,9 @@ def heart_rate_with_activity(
     the user's readings the state holds. The pairs are the same; the state layout is
     not, so a checkpoint started without buckets keeps running without them.
     """
-    heart = readings.where(
-        (F.col("sensor_type") == "heart_rate") & F.col("user_id").isNotNull()
-    ).select(
-        F.col("event_id").alias("hr_event_id"),
-        F.col("user_id").alias("hr_user_id"),
-        F.col("event_time").alias("hr_event_time"),
-        F.col("value").alias("bpm"),
-    )
-    motion = readings.where(
-        (F.col("sensor_type") == "accelerometer") & F.col("user_id").isNotNull()
-    ).select(
-        F.col("event_id").alias("acc_event_id"),
-        F.col("user_id").alias("acc_user_id"),
-        F.col("event_time").alias("acc_event_time"),
-        "activity",
-        "magnitude",
+    heart = _sensor_rows(readings, "heart_rate", "hr_", bpm="value")
+    motion = _sensor_rows(
+        readings, "accelerometer", "acc_", activity="activity", magnitude="magnitude"
     )
     tolerance = F.expr(f"INTERVAL {int(tolerance_seconds)} SECONDS")
     condition = (
@@ -167,6 +154,16 @@ def heart_rate_with_activity(
         "activity",
         "magnitude",
     )
+
+
+def _sensor_rows(readings: DataFrame, sensor_type: str, prefix: str, **measures: str) -> DataFrame:
+    """The readings of ``sensor_type`` that name a user: event id, user and event time
+    renamed with ``prefix``, then each ``measures`` column under its keyword."""
+    keys = [F.col(c).alias(prefix + c) for c in ("event_id", "user_id", "event_time")]
+    values = [F.col(column).alias(name) for name, column in measures.items()]
+    return readings.where(
+        (F.col("sensor_type") == sensor_type) & F.col("user_id").isNotNull()
+    ).select(*keys, *values)
 
 
 def _bucket(micros: Column) -> Column:

@@ -10,6 +10,7 @@ from service.checkpoints import (
     app_id,
     checkpoint_plan,
     read_checkpoint,
+    recorded_plan,
     verify_checkpoint_matches_tables,
 )
 from service.errors import CheckpointCorruptError, CheckpointMismatchError
@@ -172,6 +173,16 @@ def test_a_checkpoint_spark_created_without_a_plan_file_runs_plan_1() -> None:
     files = DictFiles(spark_checkpoint())
     assert 1 == checkpoint_plan(files, "cp", 2)
     assert f"cp/{PLAN_FILE}" not in files.files
+
+
+def test_reading_the_plan_version_writes_nothing() -> None:
+    files = DictFiles({})
+    assert recorded_plan(files, "cp", 2) is None  # not started: no version yet
+    assert {} == files.files
+    files.files.update(spark_checkpoint())
+    assert 1 == recorded_plan(files, "cp", 2)
+    files.files[f"cp/{PLAN_FILE}"] = "2\n"
+    assert 2 == recorded_plan(files, "cp", 2)
 
 
 def test_a_plan_file_left_beside_no_checkpoint_is_replaced() -> None:

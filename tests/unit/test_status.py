@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from service.checkpoints import CheckpointState, read_checkpoint
+from service.checkpoints import PLAN_FILE, CheckpointState, read_checkpoint
 from service.config import Settings
 from service.driver_view import DriverView, QueryNow
 from service.lag import PartitionStatus
@@ -20,6 +20,7 @@ from service.status import (
     QueryStatus,
     Status,
     TableStatus,
+    _query_status,
     table_status,
 )
 from service.tables import SENSOR_DUPLICATES_TABLE, USERS
@@ -179,3 +180,31 @@ def test_report_adds_what_the_running_driver_is_doing_now() -> None:
     [query_row] = [line for line in text.splitlines() if line.startswith("ingest_sensors")]
     assert query_row.endswith("writing batch 42 for 130s")
     assert 42 == json.loads(status.to_json())["driver"]["queries"][0]["batch_in_flight"]
+
+
+def test_a_gold_query_reports_the_plan_version_its_checkpoint_runs(tmp_path: Path) -> None:
+    uri = f"file:{tmp_path / 'gold_heart_rate_activity'}"
+    (tmp_path / "gold_heart_rate_activity").mkdir()
+    (tmp_path / "gold_heart_rate_activity" / "metadata").write_text('{"id":"q-1"}')
+    files = ObjectFiles(Settings(storage_root=str(tmp_path)))
+
+    def report(plans: int) -> tuple[QueryStatus, Status]:
+        query = _query_status(files, files.modified, uri, "gold_x", None, {}, True, plans=plans)
+        return query, Status("r", "c", "t", LeaseStatus(held=False), [query], [])
+
+    query, status = report(2)  # started before the plan file existed: plan 1
+    assert (1, 2, []) == (query.plan_version, query.latest_plan, query.errors)
+    assert "  gold_x: runs plan 1 of 2, its state's layout" in status.to_text()
+    assert 1 == json.loads(status.to_json())["queries"][0]["plan_version"]
+
+    (tmp_path / "gold_heart_rate_activity" / PLAN_FILE).write_text("2\n")
+    query, status = report(2)
+    assert (2, []) == (query.plan_version, query.errors)
+    assert "runs plan" not in status.to_text()
+
+    query, status = report(1)  # an older release than the one that started it
+    assert query.plan_version is None
+    [error] = query.errors
+    assert error.startswith("plan version: checkpoint") and "knows versions 1 to 1" in error
+    assert f"gold_x: {error}" in status.to_text()
+    assert not status.ok
