@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -28,7 +27,7 @@ from service.config import Settings
 from service.hadoop_fs import HadoopFiles
 from service.maintenance import TableMaintenance
 from service.queries import QueryWriter, checkpoint_location, start_with_writer
-from service.sinks.delta import append_once
+from service.sinks.delta import append_once, latest_snapshot
 from service.tables import (
     ALERTS,
     HEART_RATE_5M,
@@ -156,8 +155,9 @@ def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFram
     """Join ``batch`` with silver/users as of now, pinned to one version for the whole batch."""
     spark = batch.sparkSession
     uri = USERS.uri(settings.storage_uri)
-    latest = DeltaTable.forPath(spark, uri).history(1).select("version").first()
-    version = int(latest["version"]) if latest is not None else 0
+    # The latest version from a listing of the log: no Spark job, unlike the table's
+    # history (0.15-0.2 s a batch; measured: a 10-row batch 0.57-0.70 s → 0.35-0.54 s).
+    version = int(latest_snapshot(spark, uri)[1].version())
     users = spark.read.format("delta").option("versionAsOf", version).load(uri)
     return enrich_readings(batch, users).withColumn("users_version", F.lit(version))
 
