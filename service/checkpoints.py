@@ -98,18 +98,15 @@ def checkpoint_plan(files: PlanFiles, uri: str, current: int) -> int:
     was started by version 1; a recorded version is kept for the checkpoint's life,
     as Spark keeps its own state format versions in the offsets log.
     """
-    version = recorded_plan(files, uri, current)
-    if version is None:
+    if files.read_text(f"{uri}/metadata") is None:
         files.write_text(f"{uri}/{PLAN_FILE}", f"{current}\n")
         return current
-    return version
+    return recorded_plan(files, uri, current)
 
 
-def recorded_plan(files: CheckpointFiles, uri: str, current: int) -> int | None:
-    """The plan version of the checkpoint at ``uri`` (see `checkpoint_plan`); ``None``
-    before Spark created it. Reads only."""
-    if files.read_text(f"{uri}/metadata") is None:
-        return None
+def recorded_plan(files: CheckpointFiles, uri: str, current: int) -> int:
+    """The plan version of the checkpoint Spark created at ``uri`` (see `checkpoint_plan`:
+    1 without a plan file). Reads only."""
     recorded = files.read_text(f"{uri}/{PLAN_FILE}")
     if recorded is None:
         return 1

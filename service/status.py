@@ -249,7 +249,7 @@ def _query_status(
     errors = [latest["_error"]] if topic is not None and "_error" in latest else []
     state = _guarded(lambda: read_checkpoint(files, uri), errors, CheckpointState(uri))
     plan = None
-    if plans is not None:
+    if plans is not None and state.query_id is not None:  # Spark created the checkpoint
         try:
             plan = recorded_plan(files, uri, plans)
         except (OSError, CheckpointCorruptError, CheckpointMismatchError) as e:

@@ -176,11 +176,9 @@ def test_a_checkpoint_spark_created_without_a_plan_file_runs_plan_1() -> None:
 
 
 def test_reading_the_plan_version_writes_nothing() -> None:
-    files = DictFiles({})
-    assert recorded_plan(files, "cp", 2) is None  # not started: no version yet
-    assert {} == files.files
-    files.files.update(spark_checkpoint())
+    files = DictFiles(spark_checkpoint())
     assert 1 == recorded_plan(files, "cp", 2)
+    assert spark_checkpoint() == files.files
     files.files[f"cp/{PLAN_FILE}"] = "2\n"
     assert 2 == recorded_plan(files, "cp", 2)
 

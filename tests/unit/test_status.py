@@ -208,3 +208,7 @@ def test_a_gold_query_reports_the_plan_version_its_checkpoint_runs(tmp_path: Pat
     assert error.startswith("plan version: checkpoint") and "knows versions 1 to 1" in error
     assert f"gold_x: {error}" in status.to_text()
     assert not status.ok
+
+    fresh = f"file:{tmp_path / 'not_started'}"  # Spark has not created it: no version yet
+    query = _query_status(files, files.modified, fresh, "gold_y", None, {}, True, plans=2)
+    assert (None, []) == (query.plan_version, query.errors)
