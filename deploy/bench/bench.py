@@ -53,6 +53,7 @@ from measurements import (  # noqa: E402
     group_resources,
     log_events,
     logged_batches,
+    machine_resources,
     resource_summary,
     scrape_metrics,
     table_stats,
@@ -471,6 +472,21 @@ class LagProbe:
         self._consumer.close()
 
 
+class Neighbours:
+    """What shares the machine with the driver while the generator runs: the broker, the total."""
+
+    def __init__(self, broker: KafkaBroker) -> None:
+        self._broker_pid = broker.pid
+        self.broker: list[ResourceSample] = []
+        self.machine: list[ResourceSample] = []
+
+    def sample(self) -> None:
+        """Record the broker's and the machine's CPU and memory now."""
+        if self._broker_pid is not None:
+            self.broker.append(group_resources(self._broker_pid))
+        self.machine.append(machine_resources())
+
+
 def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> dict[str, Any]:
     """Run the driver while the generator produces at ``--rate``; then drain, stop, read back."""
     root = work / "lake-sustained"
@@ -478,6 +494,7 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
     settings = Settings(users_topic=USERS, sensors_topic=SENSORS)
     trigger = settings.trigger_interval_seconds
     probe = LagProbe(broker, (USERS, SENSORS), root / "_checkpoints")
+    neighbours = Neighbours(broker)
     service = Child.launch(
         "service", [sys.executable, "-m", "service", "run"], env, work / "logs" / "service.log"
     )
@@ -521,9 +538,13 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
         )
         phases["generating"] = generator.launched
         gen = generator
-        service.watch(
-            args.sample_seconds, lambda: gen.exited is not None, seconds + 600, probe.sample
-        )
+
+        def tick() -> None:
+            probe.sample()
+            gen.sample()
+            neighbours.sample()
+
+        service.watch(args.sample_seconds, lambda: gen.exited is not None, seconds + 600, tick)
         phases["generated"] = generator.exited or time.time()
         print("draining ...", flush=True)
         drained = service.watch(
@@ -541,7 +562,9 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
             if child is not None:
                 child.kill()
     phases["exited"] = service.exited
-    return summarise_sustained(args, trigger, root, service, generator, probe.samples, phases)
+    return summarise_sustained(
+        args, trigger, root, service, generator, neighbours, probe.samples, phases
+    )
 
 
 def _running_line(service: Child) -> dict[str, Any] | None:
@@ -562,6 +585,7 @@ def summarise_sustained(
     root: Path,
     service: Child,
     generator: Child,
+    neighbours: Neighbours,
     samples: list[dict[str, Any]],
     phases: Mapping[str, float | None],
 ) -> dict[str, Any]:
@@ -601,6 +625,11 @@ def summarise_sustained(
         "freshness": read_back_freshness(root),
         "resources_generating": resource_summary(generating),
         "resources_all": resource_summary(service.resources),
+        "neighbours_generating": {
+            "generator": resource_summary(generator.resources),
+            "kafka": resource_summary(neighbours.broker),
+            "machine": resource_summary(neighbours.machine),
+        },
         "tables": tables,
         "lag_samples": [
             {k: s[k] for k in ("at", "end_offsets", "committed", "lag")} for s in samples
@@ -908,6 +937,20 @@ def print_sustained(result: Mapping[str, Any]) -> None:
             for p, r in (
                 ("while producing", result["resources_generating"]),
                 ("whole run", result["resources_all"]),
+            )
+        ],
+    )
+    neighbours = result["neighbours_generating"]
+    print_table(
+        f"CPU while producing (%, 100 = one core; the machine has {100 * (os.cpu_count() or 1)})",
+        ["process", "CPU avg %", "CPU p50 %", "CPU max %"],
+        [
+            [name, r.get("cpu_percent_avg"), r.get("cpu_percent_p50"), r.get("cpu_percent_max")]
+            for name, r in (
+                ("driver", result["resources_generating"]),
+                ("generator", neighbours["generator"]),
+                ("Kafka broker", neighbours["kafka"]),
+                ("machine, all processes", neighbours["machine"]),
             )
         ],
     )

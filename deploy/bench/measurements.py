@@ -164,6 +164,23 @@ def group_resources(pgid: int) -> ResourceSample:
     return ResourceSample(time.time(), processes, rss_pages * _PAGE_BYTES, ticks / _CLOCK_TICKS)
 
 
+def machine_resources() -> ResourceSample:
+    """The whole machine now: CPU time busy on every core, memory in use (total minus available).
+
+    Beside the driver, a sustained run's generator and Kafka broker use the same cores;
+    this says whether the machine had any left.
+    """
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[1:9])
+    meminfo = dict(
+        (line.split(":")[0], int(line.split()[1]))
+        for line in Path("/proc/meminfo").read_text().splitlines()
+    )
+    used_kib = meminfo["MemTotal"] - meminfo["MemAvailable"]
+    busy = user + nice + system + irq + softirq + steal
+    return ResourceSample(time.time(), os.cpu_count() or 1, used_kib * 1024, busy / _CLOCK_TICKS)
+
+
 def resource_summary(samples: Sequence[ResourceSample]) -> dict[str, Any]:
     """Resident memory (MiB) and CPU (% of one core: 200 = two cores busy) over ``samples``."""
     live = [s for s in samples if s.processes]

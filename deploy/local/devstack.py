@@ -89,6 +89,11 @@ class _ServerProcess:
         """Whether the process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The process id (and process group id) while started, else None."""
+        return None if self._proc is None else self._proc.pid
+
     def log_tail(self, lines: int = 40) -> str:
         """Last lines of the process log."""
         try:
