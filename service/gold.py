@@ -138,7 +138,9 @@ class GoldWriter(QueryWriter):
                 rows = rows.persist()  # published after the commit: computed once
             try:
                 self.fence()
-                append_once(rows, self.query.table.uri(self.settings.storage_uri), app_id, batch_id)
+                table = self.query.table
+                uri = table.uri(self.settings.storage_uri)
+                append_once(rows, uri, app_id, batch_id, table.properties)
                 if self.query.after_write is not None:
                     self.query.after_write(rows, self.settings)
             finally:

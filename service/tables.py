@@ -98,10 +98,18 @@ SENSOR_READINGS = Table(
 SENSOR_DUPLICATES_TABLE = Table("silver/sensor_duplicates", SENSOR_DUPLICATES)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
 
+# Gold tables are created by their query's first append, which sets their properties.
+# The two that get a row per reading or per join pair keep statistics on what their
+# readers select on; the others are one row per window or alert.
 SENSOR_STATS_1M = Table("gold/sensor_stats_1m")
 HEART_RATE_5M = Table("gold/heart_rate_5m")
-READINGS_ENRICHED = Table("gold/readings_enriched")
-HEART_RATE_ACTIVITY = Table("gold/heart_rate_activity")
+READINGS_ENRICHED = Table(
+    "gold/readings_enriched",
+    properties=_stats_on("user_id", "event_time", *_ARRIVAL, "ingested_at"),
+)
+HEART_RATE_ACTIVITY = Table(
+    "gold/heart_rate_activity", properties=_stats_on("user_id", "hr_event_time", "acc_event_time")
+)
 ALERTS = Table("gold/alerts")
 
 # Written on an operator's word (`replay-quarantine`; the driver's start with

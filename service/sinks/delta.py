@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -12,6 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from service.tables import Table
+
+_NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 
 def ensure_table(spark: SparkSession, uri: str, table: Table) -> None:
@@ -34,7 +38,13 @@ class Commit:
     added: list[Any]
 
 
-def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> Commit | None:
+def append_once(
+    df: DataFrame,
+    uri: str,
+    txn_app_id: str,
+    txn_version: int,
+    properties: Mapping[str, str] = _NO_PROPERTIES,
+) -> Commit | None:
     """Append ``df`` to ``uri`` unless batch ``txn_version`` of ``txn_app_id`` is already in.
 
     The commit records ``txn`` (app id, version) beside the data, exactly as Delta's
@@ -46,6 +56,9 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> C
     same transaction API Delta's writer uses; without a checksum that lists them, or
     when ``df``'s columns differ from the table's, it is Delta's writer.
 
+    An append that creates the table (a gold table's first) gives it ``properties``,
+    the Delta table properties of its `Table`; Delta ignores them on an existing table.
+
     Returns the commit, or None when the batch was in already or Delta's writer wrote it.
     """
     jvm: Any = df.sparkSession.sparkContext._jvm
@@ -53,7 +66,7 @@ def append_once(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> C
     txn = delta.DeltaLog.forTable(df.sparkSession._jsparkSession, uri).startTransaction()
     committed = _checksum_txn_version(txn.snapshot(), txn_app_id)
     if committed is None or not _same_columns(df.schema, txn.metadata().schema().json()):
-        _append_with_writer_options(df, uri, txn_app_id, txn_version)
+        _append_with_writer_options(df, uri, txn_app_id, txn_version, properties)
         return None
     if committed >= txn_version:
         return None
@@ -125,10 +138,13 @@ def _shape(value: Any) -> Any:
     return value
 
 
-def _append_with_writer_options(df: DataFrame, uri: str, txn_app_id: str, txn_version: int) -> None:
+def _append_with_writer_options(
+    df: DataFrame, uri: str, txn_app_id: str, txn_version: int, properties: Mapping[str, str]
+) -> None:
     (
         df.write.format("delta")
         .mode("append")
+        .options(**properties)  # `delta.*` options: the properties of a table this creates
         .option("txnAppId", txn_app_id)
         .option("txnVersion", str(txn_version))
         .save(uri)

@@ -16,7 +16,13 @@ from pyspark.sql import functions as F
 
 from service.sinks.delta import append_once, ensure_table, table_transactions
 from service.sinks.live_files import LiveFiles
-from service.tables import BRONZE_SENSORS, SENSOR_DUPLICATES_TABLE, SENSOR_READINGS, STATS_COLUMNS
+from service.tables import (
+    BRONZE_SENSORS,
+    HEART_RATE_ACTIVITY,
+    SENSOR_DUPLICATES_TABLE,
+    SENSOR_READINGS,
+    STATS_COLUMNS,
+)
 from tests.unit.records import bronze_frame, readings
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -156,6 +162,28 @@ def test_files_carry_statistics_on_the_declared_columns_only(
         assert set(stats["minValues"]) == set(stats["maxValues"])
         # Never the payload: neither its bytes nor its text.
         assert not {"key", "value", "key_text", "value_text"} & set(declared)
+
+
+def test_the_append_that_creates_a_gold_table_sets_its_properties(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = tmp_path / HEART_RATE_ACTIVITY.name
+    uri = f"file:{path}"
+    pair = (7, "hr1", T0, 120.0, "acc1", T0 + timedelta(seconds=5), "walk", 1.5)
+    columns = "user_id hr_event_id hr_event_time bpm acc_event_id acc_event_time activity magnitude"
+    rows = spark.createDataFrame([pair], columns.split()).coalesce(1)
+    properties = HEART_RATE_ACTIVITY.properties
+
+    append_once(rows, uri, "app", 0, properties)  # creates the table
+    append_once(rows, uri, "app", 1, properties)  # an existing table: Delta ignores them
+
+    detail = DeltaTable.forPath(spark, uri).detail().first()
+    assert detail is not None
+    assert properties[STATS_COLUMNS] == detail["properties"][STATS_COLUMNS]
+    declared = properties[STATS_COLUMNS].split(",")
+    assert ["user_id", "hr_event_time", "acc_event_time"] == declared
+    assert [declared, declared] == [list(s["minValues"]) for s in _file_statistics(path)]
+    assert {"app": 1} == table_transactions(spark, uri)
 
 
 def _arrivals(spark: SparkSession, minute: int) -> DataFrame:
