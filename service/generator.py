@@ -58,8 +58,9 @@ MODELS = ("watch-a1", "watch-b2", "thermo-t9", "station-s3")
 STATIONS = 5
 # json.dumps' output without its per-call set-up and cycle check (records are trees).
 _to_json = json.JSONEncoder(check_circular=False).encode
-# Delivery reports are served every this many records (and at the end, by flush).
-_POLL_EVERY = 1000
+# Delivery reports are served every this many records or seconds (and at the end, by flush).
+_POLL_EVERY_RECORDS = 1000
+_POLL_EVERY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -340,6 +341,7 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
 
     previous = signal.signal(signal.SIGTERM, on_signal), signal.signal(signal.SIGINT, on_signal)
     factory = RecordFactory(options.users, options.seed)
+    unpolled: list[float] = [0, time.monotonic()]  # records sent since the last poll, its time
 
     def send(topic: str, key: str, value: dict[str, Any] | bytes | None, category: str) -> None:
         payload = value if value is None or isinstance(value, bytes) else _to_json(value).encode()
@@ -350,8 +352,11 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
             except BufferError:
                 producer.poll(0.5)
         summary.by_category[category] += 1
-        if summary.by_category.total() % _POLL_EVERY == 0:
+        unpolled[0] += 1
+        now = time.monotonic()
+        if unpolled[0] >= _POLL_EVERY_RECORDS or now - unpolled[1] >= _POLL_EVERY_SECONDS:
             producer.poll(0)
+            unpolled[:] = [0, now]
 
     try:
         now = datetime.now(UTC)
