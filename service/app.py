@@ -43,7 +43,13 @@ from service.lost_offsets import CheckedQuery, check_lost_offsets, record_skippe
 from service.maintenance import maintenance_for
 from service.metrics import IngestMetrics, MetricsListener
 from service.object_files import ObjectFiles
-from service.queries import QuerySpec, QueryWriter, check_tables, checkpoint_location
+from service.queries import (
+    IngestBatches,
+    QuerySpec,
+    QueryWriter,
+    check_tables,
+    checkpoint_location,
+)
 from service.reconcile import reconcile
 from service.sinks.delta import ensure_table
 from service.spark import build_spark
@@ -183,11 +189,14 @@ def run(settings: Settings, available_now: bool = False) -> int:
             ensure_topics(settings, [settings.alerts_topic], partitions=ALERTS_PARTITIONS)
         if settings.reconcile_interval_seconds and not available_now:
             auditor.start_from_committed()
+        ingest_batches = IngestBatches(0 if available_now else settings.trigger_interval_seconds)
         for spec in ingest_queries(settings):
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
-            writer = BatchWriter(spec, settings, _record_batch(metrics), lease.fence, maintenance)
+            writer = BatchWriter(
+                spec, settings, _record_batch(metrics), lease.fence, maintenance, ingest_batches
+            )
             stream = validated[spec.name].result()
             handle = start_ingest_query(spark, settings, spec, stream, writer, available_now)
             running.append(RunningQuery(spec, handle, writer))
@@ -197,7 +206,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             if stop_requested.is_set():
                 break
             maintenance = maintenance_for(gold, settings, specs, metrics.maintenance)
-            gold_writer = GoldWriter(gold, settings, lease.fence, maintenance)
+            gold_writer = GoldWriter(gold, settings, lease.fence, maintenance, ingest_batches)
             handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
             running.append(RunningQuery(gold, handle, gold_writer))
         lag.start(settings.lag_poll_seconds)

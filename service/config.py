@@ -312,6 +312,11 @@ class Settings(BaseSettings):
         return 3 * self.trigger_interval_seconds
 
     @property
+    def gold_yield_seconds(self) -> float:
+        """How long a gold batch waits for ingest batches in flight (`IngestBatches`)."""
+        return self.trigger_interval_seconds / 2
+
+    @property
     def kafka(self) -> KafkaConnection:
         """The Kafka connection settings."""
         return KafkaConnection(

@@ -26,7 +26,7 @@ from service.checkpoints import checkpoint_plan
 from service.config import Settings
 from service.hadoop_fs import HadoopFiles
 from service.maintenance import TableMaintenance
-from service.queries import QueryWriter, checkpoint_location, start_with_writer
+from service.queries import IngestBatches, QueryWriter, checkpoint_location, start_with_writer
 from service.sinks.delta import append_once, latest_snapshot
 from service.tables import (
     ALERTS,
@@ -123,14 +123,17 @@ class GoldWriter(QueryWriter):
         settings: Settings,
         fence: Callable[[], None],
         maintenance: TableMaintenance | None = None,
+        ingest: IngestBatches | None = None,
     ) -> None:
         super().__init__(query.name, fence, maintenance)
         self.query = query
         self.settings = settings
+        self._ingest = ingest or IngestBatches()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
+            waited = self._ingest.wait_until_idle(self.settings.gold_yield_seconds)
             started = time.monotonic()
             per_batch = self.query.per_batch
             rows = per_batch(batch, self.settings) if per_batch else batch
@@ -150,6 +153,7 @@ class GoldWriter(QueryWriter):
                 query=self.query.name,
                 batch_id=batch_id,
                 duration_ms=round((time.monotonic() - started) * 1000),
+                waited_for_ingest_ms=round(waited * 1000),
             )
 
 

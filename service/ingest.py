@@ -33,7 +33,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service.config import Settings
 from service.maintenance import TableMaintenance
 from service.profile import BatchProfile
-from service.queries import QueryWriter, run_together, start_with_writer
+from service.queries import IngestBatches, QueryWriter, run_together, start_with_writer
 from service.schemas import BRONZE, INGESTED_AT
 from service.sinks.delta import Commit, append_once
 from service.sinks.live_files import LiveFiles
@@ -113,11 +113,13 @@ class BatchWriter(QueryWriter):
         on_batch: Callable[[str, BatchOutcome], None],
         fence: Callable[[], None],
         maintenance: TableMaintenance | None = None,
+        ingest: IngestBatches | None = None,
     ) -> None:
         super().__init__(query.name, fence, maintenance)
         self.query = query
         self.settings = settings
         self.on_batch = on_batch
+        self._ingest = ingest or IngestBatches()
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
@@ -126,7 +128,7 @@ class BatchWriter(QueryWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
-        with self.writing(batch_id):
+        with self.writing(batch_id), self._ingest.writing():
             profile = BatchProfile(batch.sparkSession.sparkContext)
             # Stamped after validation (see `to_records`); cached without the text
             # views (`with_text_views`): every table is written from the same rows.
