@@ -160,24 +160,28 @@ class IngestBatches:
     def wait_until_idle(self, timeout: float) -> float:
         """Wait, at most ``timeout`` seconds, for the ingest batches of the latest trigger.
 
-        Those are the batches that started at or after the latest ingest trigger
-        instant; one reaches its write up to `_INGEST_START_SECONDS` after it (Kafka
-        offsets, planning: 0.15-0.4 s measured), later than a gold batch triggered with
-        it, so gold gives it that time to start. A batch that started before the
-        instant is late: ingest is behind, the cores are busy anyway and the FAIR pools
-        share them, so gold does not wait for it. Returns the seconds waited.
+        Those start within `_INGEST_START_SECONDS` of the latest ingest trigger instant
+        (Kafka offsets, planning: 0.15-0.4 s measured), later than a gold batch
+        triggered with them, so gold first gives them that time to start. A batch that
+        started otherwise is catching up: ingest is behind, the cores are busy anyway
+        and the FAIR pools share them, so gold does not wait for it, nor for a new one
+        while it runs. Returns the seconds waited.
         """
         if not self._trigger_seconds:
             return 0.0  # no trigger instants: gold runs after ingest has drained
         started = time.time()
         instant = started - started % self._trigger_seconds
+
+        def on_time(start: float) -> bool:
+            return instant <= start < instant + _INGEST_START_SECONDS
+
         with self._changed:
-            behind = any(t < instant for t in self._started.values())
-        if not behind:
+            catching_up = any(not on_time(t) for t in self._started.values())
+        if not catching_up:
             time.sleep(min(max(instant + _INGEST_START_SECONDS - started, 0.0), timeout))
         with self._changed:
             self._changed.wait_for(
-                lambda: all(t < instant for t in self._started.values()),
+                lambda: not any(on_time(t) for t in self._started.values()),
                 timeout - (time.time() - started),
             )
         return time.time() - started

@@ -30,15 +30,13 @@ def _hold(ingest: IngestBatches, entered: threading.Event, release: threading.Ev
     return thread
 
 
-# One ingest trigger instant, 2001-09-09: every batch of a test is of that trigger, and
-# none starts within a second of it.
-LONG_AGO = 1e9
-# An interval this short puts every moment right after an ingest trigger.
-EVERY_MOMENT = 1e-6
+def _last_trigger_ago(seconds: float) -> IngestBatches:
+    """Batches whose latest ingest trigger instant was ``seconds`` ago, the next far ahead."""
+    return IngestBatches(trigger_seconds=time.time() - seconds)
 
 
 def test_no_ingest_batch_in_flight_means_no_wait() -> None:
-    ingest = IngestBatches(LONG_AGO)
+    ingest = _last_trigger_ago(5)
     with ingest.writing():
         pass
     assert ingest.wait_until_idle(60) < 30
@@ -53,44 +51,50 @@ def test_without_trigger_instants_gold_never_waits() -> None:
     thread.join(60)
 
 
-def test_the_wait_ends_when_every_ingest_batch_in_flight_has_ended() -> None:
-    ingest = IngestBatches(LONG_AGO)
+def test_the_wait_lets_the_batches_of_the_trigger_start_and_end() -> None:
+    ingest = _last_trigger_ago(0)
     releases = [threading.Event(), threading.Event()]
     ended: list[float] = []
-    threads = [_hold(ingest, threading.Event(), r, ended) for r in releases]
-    releases[0].set()
-    threads[0].join(60)
-    # One batch still in flight: the wait runs to its bound.
-    assert ingest.wait_until_idle(0.2) >= 0.2
-    assert 1 == len(ended)
-    threading.Timer(0.2, releases[1].set).start()
+    # Two ingest batches reach their write 0.1 s and 0.2 s after the wait began (within
+    # the time a batch takes to start) and end 0.5 s and 1.5 s after it.
+    for delay, release in zip((0.1, 0.2), releases, strict=True):
+        threading.Timer(delay, lambda r=release: _hold(ingest, threading.Event(), r, ended)).start()
+    threading.Timer(0.5, releases[0].set).start()
+    threading.Timer(1.5, releases[1].set).start()
     ingest.wait_until_idle(60)
     waited_until = time.time()
     assert 2 == len(ended)
-    assert ended[1] <= waited_until
-    threads[1].join(60)
+    assert max(ended) <= waited_until
 
 
-def test_right_after_an_ingest_trigger_the_wait_lets_its_batch_start_first() -> None:
-    ingest = IngestBatches(EVERY_MOMENT)
-    assert ingest.wait_until_idle(0.2) >= 0.2  # the bound holds while it lets one start
-    release = threading.Event()
-    ended: list[float] = []
-    # The ingest batch reaches its write 0.3 s after the wait began, and ends 1.5 s after.
-    threading.Timer(0.3, lambda: _hold(ingest, threading.Event(), release, ended)).start()
-    threading.Timer(1.5, release.set).start()
-    ingest.wait_until_idle(60)
-    waited_until = time.time()
-    assert 1 == len(ended)
-    assert ended[0] <= waited_until
-
-
-def test_a_batch_that_started_before_the_latest_trigger_is_not_waited_for() -> None:
-    ingest = IngestBatches(EVERY_MOMENT)
+def test_the_wait_is_bounded() -> None:
+    ingest = _last_trigger_ago(0)
     release = threading.Event()
     ended: list[float] = []
     thread = _hold(ingest, threading.Event(), release, ended)
-    # Ingest is behind: neither this batch nor the grace for a new one holds gold.
+    assert ingest.wait_until_idle(1.2) >= 1.2  # beyond the time a batch takes to start
+    assert [] == ended
+    release.set()
+    thread.join(60)
+
+
+def test_a_batch_that_catches_up_is_not_waited_for() -> None:
+    ingest = _last_trigger_ago(1.5)
+    release = threading.Event()
+    ended: list[float] = []
+    # Started 1.5 s after the trigger instant: the previous batch overran it.
+    thread = _hold(ingest, threading.Event(), release, ended)
+    assert ingest.wait_until_idle(60) < 0.5
+    assert [] == ended
+    release.set()
+    thread.join(60)
+
+
+def test_while_a_batch_from_an_earlier_trigger_runs_gold_does_not_wait_for_a_new_one() -> None:
+    ingest = IngestBatches(trigger_seconds=1e-6)  # every moment is right after a trigger
+    release = threading.Event()
+    ended: list[float] = []
+    thread = _hold(ingest, threading.Event(), release, ended)
     assert ingest.wait_until_idle(60) < 0.5
     assert [] == ended
     release.set()
@@ -102,7 +106,7 @@ def test_a_gold_batch_commits_after_the_ingest_batch_in_flight(
 ) -> None:
     settings = Settings(storage_root=str(tmp_path), trigger_interval_seconds=120)
     join = next(q for q in gold_queries() if q.table == HEART_RATE_ACTIVITY)
-    ingest = IngestBatches(LONG_AGO)
+    ingest = _last_trigger_ago(0)
     writer = GoldWriter(join, settings, lambda: None, ingest=ingest)
     writer.bind("00000000-0000-0000-0000-000000000001")
     # The writer appends what its batch holds; the table keeps statistics on these.
