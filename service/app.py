@@ -195,7 +195,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
             writer = BatchWriter(
-                spec, settings, _record_batch(metrics), lease.fence, maintenance, ingest_batches
+                spec, settings, _record_batch(metrics), lease.fence, ingest_batches, maintenance
             )
             stream = validated[spec.name].result()
             handle = start_ingest_query(spark, settings, spec, stream, writer, available_now)

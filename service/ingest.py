@@ -112,14 +112,14 @@ class BatchWriter(QueryWriter):
         settings: Settings,
         on_batch: Callable[[str, BatchOutcome], None],
         fence: Callable[[], None],
+        ingest: IngestBatches,
         maintenance: TableMaintenance | None = None,
-        ingest: IngestBatches | None = None,
     ) -> None:
         super().__init__(query.name, fence, maintenance)
         self.query = query
         self.settings = settings
         self.on_batch = on_batch
-        self._ingest = ingest or IngestBatches()
+        self._ingest = ingest
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)

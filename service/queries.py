@@ -10,7 +10,6 @@ its tables and names the declared tables that do not exist yet.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -140,21 +139,20 @@ class IngestBatches:
 
     def __init__(self, trigger_seconds: float = 0.0) -> None:
         self._trigger_seconds = trigger_seconds
-        self._started: dict[int, float] = {}  # batches being written → wall-clock start
-        self._tokens = itertools.count()
+        self._started: list[float] = []  # wall-clock starts of the batches being written
         self._changed = threading.Condition()
 
     @contextmanager
     def writing(self) -> Iterator[None]:
         """Count an ingest batch as being written for the duration of the block."""
-        token = next(self._tokens)
+        start = time.time()
         with self._changed:
-            self._started[token] = time.time()
+            self._started.append(start)
         try:
             yield
         finally:
             with self._changed:
-                del self._started[token]
+                self._started.remove(start)
                 self._changed.notify_all()
 
     def wait_until_idle(self, timeout: float) -> float:
@@ -176,12 +174,12 @@ class IngestBatches:
             return instant <= start < instant + _INGEST_START_SECONDS
 
         with self._changed:
-            catching_up = any(not on_time(t) for t in self._started.values())
+            catching_up = any(not on_time(t) for t in self._started)
         if not catching_up:
             time.sleep(min(max(instant + _INGEST_START_SECONDS - started, 0.0), timeout))
         with self._changed:
             self._changed.wait_for(
-                lambda: not any(on_time(t) for t in self._started.values()),
+                lambda: not any(on_time(t) for t in self._started),
                 timeout - (time.time() - started),
             )
         return time.time() - started
