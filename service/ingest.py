@@ -37,6 +37,7 @@ from service.queries import IngestBatches, QueryWriter, run_together, start_with
 from service.schemas import BRONZE, INGESTED_AT
 from service.sinks.delta import Commit, append_once
 from service.sinks.live_files import LiveFiles
+from service.sinks.recent_ids import RecentIds
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
 from service.tables import (
@@ -123,8 +124,9 @@ class BatchWriter(QueryWriter):
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
-        # Silver's live files, kept by its one writer for dedup's reads.
+        # Silver's live files and recent ids, kept by its one writer for dedup.
         self._silver = silver_files(settings)
+        self._recent = RecentIds(self._silver, settings.dedup_horizon_seconds)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
@@ -141,7 +143,9 @@ class BatchWriter(QueryWriter):
                 if self.query.kind == "users":
                     outcome = _write_users(parsed, summary, self.settings, written)
                 else:
-                    outcome = _write_sensors(parsed, summary, self.settings, written, self._silver)
+                    outcome = _write_sensors(
+                        parsed, summary, self.settings, written, self._silver, self._recent
+                    )
             finally:
                 parsed.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -261,6 +265,7 @@ def _write_sensors(
     settings: Settings,
     written: Written,
     silver: LiveFiles,
+    recent: RecentIds,
 ) -> BatchOutcome:
     valid, invalid = split_valid_invalid(parsed)
     duplicate_rows = 0
@@ -268,24 +273,35 @@ def _write_sensors(
     def dedup_and_write_silver() -> None:
         nonlocal duplicate_rows
         readings = to_sensor_readings(valid)
-        recent = recent_readings(valid.sparkSession, silver, summary, settings)
-        # Cached: the silver lookup runs once, for the count, the write and the filter.
-        horizon = settings.dedup_horizon_seconds
-        duplicates = find_duplicates(readings, recent, horizon, summary.valid).persist()
+        spark = valid.sparkSession
+        duplicates: DataFrame | None = None
         try:
             with written.profile.phase("dedup"):
-                duplicate_rows = duplicates.count()
-            writes = []
-            if duplicate_rows:
-                writes.append(lambda: written.append(duplicates, SENSOR_DUPLICATES_TABLE, settings))
-            if summary.valid > duplicate_rows:
-                fresh = without_duplicates(readings, duplicates) if duplicate_rows else readings
-                writes.append(
-                    lambda: silver.committed(written.append(fresh, SENSOR_READINGS, settings))
+                unseen = recent.none_seen(
+                    spark, readings, summary.valid, summary.first_arrival, summary.last_arrival
                 )
+                if not unseen:
+                    # Cached: the silver lookup runs once, for the count, the write and the filter.
+                    silver_rows = recent_readings(spark, silver, summary, settings)
+                    horizon = settings.dedup_horizon_seconds
+                    duplicates = find_duplicates(readings, silver_rows, horizon, summary.valid)
+                    duplicate_rows = duplicates.persist().count()
+            writes = []
+            fresh = readings
+            if duplicates is not None and duplicate_rows:
+                found = duplicates
+                writes.append(lambda: written.append(found, SENSOR_DUPLICATES_TABLE, settings))
+                fresh = without_duplicates(readings, found)
+            if summary.valid > duplicate_rows:
+                writes.append(lambda: committed(written.append(fresh, SENSOR_READINGS, settings)))
             written.together(writes)
         finally:
-            duplicates.unpersist()
+            if duplicates is not None:
+                duplicates.unpersist()
+
+    def committed(commit: Commit | None) -> None:
+        silver.committed(commit)
+        recent.committed(commit)
 
     writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_SENSORS, settings, written)
     if summary.valid:

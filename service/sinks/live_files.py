@@ -29,17 +29,18 @@ _STATS_PRECISION = timedelta(milliseconds=1)
 
 @dataclass(frozen=True)
 class _File:
-    """A live file (its Delta ``AddFile``, py4j) and its column bounds, None when unknown."""
+    """A live file (its Delta ``AddFile``, py4j), its column bounds and rows, None when unknown."""
 
     action: Any
     low: datetime | None
     high: datetime | None
+    rows: int | None
 
-    def may_hold(self, start: datetime, end: datetime) -> bool:
-        """Whether the file may hold a value in ``[start, end]`` (both UTC)."""
+    def may_hold(self, start: datetime, end: datetime | None) -> bool:
+        """Whether the file may hold a value in ``[start, end]`` (both UTC; no end: none)."""
         if self.low is None or self.high is None:
             return True
-        return self.low <= end and self.high + _STATS_PRECISION >= start
+        return (end is None or self.low <= end) and self.high + _STATS_PRECISION >= start
 
 
 class LiveFiles:
@@ -56,26 +57,47 @@ class LiveFiles:
         # None when a live file has deletion vectors: reads are then Delta's own.
         self._files: list[_File] | None = []
 
-    def read(self, spark: SparkSession, start: datetime, end: datetime) -> DataFrame:
-        """The table's rows whose ``column`` lies in ``[start, end]``, at its latest version.
-
-        Naive datetimes are local time, as PySpark takes them.
+    def read(self, spark: SparkSession, start: datetime, end: datetime | None) -> DataFrame:
+        """The table's rows whose ``column`` lies in ``[start, end]`` (no end: from ``start``
+        on), at its latest version. Naive datetimes are local time, as PySpark takes them.
         """
-        delta_log, snapshot = latest_snapshot(spark, self.uri)
-        if int(snapshot.version()) != self._version:
-            self._load(snapshot)
-        window = F.col(self.column).between(F.lit(start), F.lit(end))
+        delta_log, snapshot = self._latest(spark)
+        since = F.col(self.column) >= F.lit(start)
+        window = since if end is None else since & (F.col(self.column) <= F.lit(end))
         if self._files is None:
             return spark.read.format("delta").load(self.uri).where(window)
-        low, high = start.astimezone(UTC), end.astimezone(UTC)
         jvm: Any = spark.sparkContext._jvm
         chosen = jvm.java.util.ArrayList()
-        for file in self._files:
-            if file.may_hold(low, high):
-                chosen.add(file.action)
+        for file in self._chosen(start, end):
+            chosen.add(file.action)
         files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(chosen).toSeq()
         chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
         return DataFrame(chosen_only, spark).where(window)
+
+    def version(self, spark: SparkSession) -> int:
+        """The table's latest version (its files are kept for it)."""
+        return int(self._latest(spark)[1].version())
+
+    def rows_since(self, spark: SparkSession, start: datetime) -> int | None:
+        """An upper bound of the table's rows whose ``column`` is ``start`` or later, from
+        the statistics of its latest version's files (None when a file has none)."""
+        self._latest(spark)
+        if self._files is None:
+            return None
+        rows = [file.rows for file in self._chosen(start, None)]
+        return None if None in rows else sum(r for r in rows if r is not None)
+
+    def _latest(self, spark: SparkSession) -> tuple[Any, Any]:
+        """The table's ``DeltaLog`` and latest snapshot, its files kept for that version."""
+        delta_log, snapshot = latest_snapshot(spark, self.uri)
+        if int(snapshot.version()) != self._version:
+            self._load(snapshot)
+        return delta_log, snapshot
+
+    def _chosen(self, start: datetime, end: datetime | None) -> list[_File]:
+        """The kept files that may hold a value in ``[start, end]``."""
+        low, high = start.astimezone(UTC), None if end is None else end.astimezone(UTC)
+        return [file for file in self._files or () if file.may_hold(low, high)]
 
     def committed(self, commit: Commit | None) -> None:
         """The writer's `append_once` returned ``commit``: keep its files if it is the next
@@ -102,13 +124,14 @@ class LiveFiles:
     def _file(self, action: Any) -> _File:
         stats = action.stats()
         if stats is None:
-            return _File(action, None, None)
+            return _File(action, None, None, None)
         parsed = json.loads(stats)
+        rows = parsed.get("numRecords")
         low = parsed.get("minValues", {}).get(self.column)
         high = parsed.get("maxValues", {}).get(self.column)
         if low is None or high is None:
-            return _File(action, None, None)
-        return _File(action, _utc(low), _utc(high))
+            return _File(action, None, None, rows)
+        return _File(action, _utc(low), _utc(high), rows)
 
 
 def _utc(text: str) -> datetime:

@@ -1,0 +1,148 @@
+"""The event ids silver/sensor_readings received lately, kept in the driver by its writer.
+
+Dedup (`service.transforms.dedup`) searches silver's horizon for a batch's ids: a
+Spark job over the horizon's files, about 0.5 s even for ten readings, that nearly
+always finds nothing. `RecentIds` keeps the event ids of every silver row that
+arrived from a floor on, as hashes (a superset: a collision only costs a search).
+A batch whose ids are distinct and none of them kept holds no duplicate, since a
+duplicate repeats an id earlier in its batch or one silver holds within the
+horizon. Such a batch skips the search. Any other batch runs it, and the search
+stays the one definition of a duplicate.
+
+The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
+not the one kept (a start, maintenance, any other writer), and each batch's ids are
+added as it writes. Only small batches are collected to the driver, and only while
+silver holds few ids from the floor on. At high rates batches are large, their
+fixed cost matters less, and every batch searches.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from service.sinks.delta import Commit
+from service.sinks.live_files import LiveFiles
+
+# Readings a batch may have for its ids to be collected to the driver.
+SMALL_BATCH = 10_000
+# Ids kept at most: about 35 MB of hashes, an hour of 140 readings/s.
+MOST_IDS = 500_000
+# Arrivals may go back between batches (partitions, producers' clocks): ids are kept
+# this long beyond the horizon of the latest batch.
+_SLACK = timedelta(minutes=10)
+_MICROSECOND = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+class RecentIds:
+    """The ids silver holds from a floor of ``silver``'s column (its arrival time) on.
+
+    Used by silver's writer, one batch at a time: `none_seen` before the batch's
+    silver commit, `committed` after it.
+    """
+
+    def __init__(
+        self,
+        silver: LiveFiles,
+        horizon_seconds: int,
+        most: int = MOST_IDS,
+        small: int = SMALL_BATCH,
+    ) -> None:
+        self._silver = silver
+        self._horizon = timedelta(seconds=horizon_seconds)
+        self._most = most
+        self._small = small
+        # The silver version whose ids are kept; None when none are.
+        self._version: int | None = None
+        # Every silver id that arrived at or after the floor is kept (UTC).
+        self._floor = _NEVER
+        # The ids of each load and batch, with the latest arrival among them.
+        self._kept: deque[tuple[datetime, frozenset[int]]] = deque()
+        self._size = 0
+
+    def none_seen(
+        self,
+        spark: SparkSession,
+        readings: DataFrame,
+        rows: int,
+        first: datetime | None,
+        last: datetime | None,
+    ) -> bool:
+        """Whether ``readings`` (``rows`` of them, arriving within ``[first, last]``, UTC)
+        cannot hold a duplicate: few enough to collect, their ids distinct and unseen.
+
+        Their ids are kept (while any are), so call it once per batch, before its commit.
+        """
+        if first is None or last is None or rows > self._small:
+            self._drop()
+            return False
+        start = first - self._horizon
+        if not self._current(spark, start - _SLACK):
+            return False
+        self._expire(start - _SLACK)
+        ids = [hash(r.event_id) for r in readings.select("event_id").collect()]
+        batch = frozenset(ids)
+        unseen = (
+            start >= self._floor
+            and len(batch) == len(ids)
+            and not any(batch & kept for _, kept in self._kept)
+        )
+        self._keep(last, batch)
+        return unseen
+
+    def committed(self, commit: Commit | None) -> None:
+        """The writer's silver append returned ``commit``: its ids are kept already."""
+        if commit is not None and self._version is not None:
+            if commit.version == self._version + 1:
+                self._version = commit.version
+            else:
+                self._drop()
+
+    @property
+    def size(self) -> int:
+        """How many ids are kept."""
+        return self._size
+
+    def _current(self, spark: SparkSession, floor: datetime) -> bool:
+        """Whether the ids of silver's latest version are kept, loading them from ``floor``
+        on if they are not and there are few enough."""
+        version = int(self._silver.version(spark))
+        if version == self._version:
+            return True
+        self._drop()
+        rows = self._silver.rows_since(spark, floor)
+        if rows is None or rows > self._most:
+            return False
+        arrivals = self._silver.read(spark, floor, None).select(
+            "event_id", F.unix_micros(self._silver.column).alias("micros")
+        )
+        loaded = arrivals.collect()
+        self._version, self._floor = version, floor
+        if loaded:
+            latest = _EPOCH + timedelta(microseconds=max(r.micros for r in loaded))
+            self._keep(latest, frozenset(hash(r.event_id) for r in loaded))
+        return self._version is not None
+
+    def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
+        if self._version is None:
+            return
+        self._kept.append((latest, ids))
+        self._size += len(ids)
+        if self._size > self._most:
+            self._drop()
+
+    def _expire(self, floor: datetime) -> None:
+        """Forget the oldest ids that all arrived before ``floor``."""
+        while self._kept and self._kept[0][0] < floor:
+            latest, ids = self._kept.popleft()
+            self._size -= len(ids)
+            self._floor = max(self._floor, latest + _MICROSECOND)
+
+    def _drop(self) -> None:
+        self._version, self._floor, self._size = None, _NEVER, 0
+        self._kept.clear()

@@ -1,0 +1,103 @@
+"""Recent ids: a batch skips dedup's search only when the search would find nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from service.sinks.delta import append_once, ensure_table
+from service.sinks.live_files import LiveFiles
+from service.sinks.recent_ids import RecentIds
+from service.tables import SENSOR_READINGS
+from service.transforms.dedup import find_duplicates
+from tests.unit.records import readings
+from tests.unit.test_delta_sink import _jobs_of
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+HORIZON = 3600
+
+
+class Writer:
+    """Silver's writer as the sensors query is: ids checked, then the batch appended."""
+
+    def __init__(self, spark: SparkSession, uri: str, most: int = 100, small: int = 10) -> None:
+        self.spark, self.uri = spark, uri
+        self.live = LiveFiles(uri, "kafka_timestamp")
+        self.recent = RecentIds(self.live, HORIZON, most=most, small=small)
+        self.batches = 0
+        self.check_jobs = 0  # Spark jobs of the last batch's check
+
+    def batch(self, ids: list[str], minute: float) -> bool:
+        """Whether the batch of ``ids`` arriving at ``T0 + minute`` skips the search (which
+        then must find nothing in it); the batch is then appended."""
+        arrival = T0 + timedelta(minutes=minute)
+        rows = [(i, 0, 1000 * self.batches + n, arrival) for n, i in enumerate(ids)]
+        batch = readings(self.spark, rows).coalesce(1)
+        checked: list[bool] = []
+        self.check_jobs = _jobs_of(
+            self.spark,
+            f"recent-{self.batches}",
+            lambda: checked.append(
+                self.recent.none_seen(self.spark, batch, len(ids), arrival, arrival)
+            ),
+        )
+        if checked[0]:
+            silver = self.live.read(self.spark, arrival - timedelta(seconds=HORIZON), arrival)
+            assert 0 == find_duplicates(batch, silver, HORIZON, len(ids)).count()
+        commit = append_once(batch, self.uri, "sensors", self.batches)
+        self.live.committed(commit)
+        self.recent.committed(commit)
+        self.batches += 1
+        return checked[0]
+
+
+def test_a_batch_skips_the_search_only_when_it_finds_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = f"file:{tmp_path / 'silver'}"
+    ensure_table(spark, uri, SENSOR_READINGS)
+    writer = Writer(spark, uri)
+    assert writer.batch(["a", "b"], 0)  # loads silver's ids: none
+    # Kept ids: the check runs one Spark job, the collect of the batch's ids.
+    assert writer.batch(["c"], 1)
+    assert (1, 3) == (writer.check_jobs, writer.recent.size)
+    assert not writer.batch(["a", "d"], 2)  # a repeat of silver's
+    assert not writer.batch(["e", "e"], 3)  # a repeat within the batch
+
+    # Another writer's row: the ids are loaded again, its id with them.
+    other = readings(spark, [("x", 1, 5, T0 + timedelta(minutes=4))])
+    other.write.format("delta").mode("append").save(uri)
+    assert not writer.batch(["x"], 5)
+    assert writer.batch(["f"], 6)
+
+    # A new writer (a restart) loads silver's ids.
+    writer = Writer(spark, uri)
+    writer.batches = 100
+    assert not writer.batch(["b"], 7)
+
+    # Beyond the horizon (and its slack), ids are forgotten; an id there is no repeat.
+    assert writer.batch(["a"], 130)
+    assert 1 == writer.recent.size
+    # Arrivals that went back past what is kept: the search decides.
+    assert not writer.batch(["g"], 60)
+
+
+def test_large_batches_and_many_ids_always_search(spark: SparkSession, tmp_path: Path) -> None:
+    uri = f"file:{tmp_path / 'silver'}"
+    ensure_table(spark, uri, SENSOR_READINGS)
+    writer = Writer(spark, uri, most=4, small=3)
+    assert writer.batch(["a", "b"], 0)
+    assert not writer.batch(["c", "d", "e", "f"], 1)  # too many to collect
+    assert 0 == writer.recent.size
+    assert not writer.batch(["g"], 2)  # silver holds six ids: too many to load
+    assert 0 == writer.recent.size
+
+    uri = f"file:{tmp_path / 'other'}"
+    ensure_table(spark, uri, SENSOR_READINGS)
+    writer = Writer(spark, uri, most=2)
+    assert writer.batch(["a", "b"], 0)
+    assert writer.batch(["c"], 1)  # checked against all ids; three are too many to keep
+    assert 0 == writer.recent.size
+    assert not writer.batch(["d"], 2)
