@@ -3,7 +3,7 @@
 Dedup (`service.transforms.dedup`) searches silver's horizon for a batch's ids: a
 Spark job over the horizon's files, about 0.5 s even for ten readings, that nearly
 always finds nothing. `RecentIds` keeps the event ids of every silver row that
-arrived from a floor on, as hashes (a superset: a collision only costs a search).
+arrived from a floor on, as 64-bit hashes (a superset: a collision only costs a search).
 A batch whose ids are distinct and none of them kept holds no duplicate, since a
 duplicate repeats an id earlier in its batch or one silver holds within the
 horizon. Such a batch skips the search. Any other batch runs it, and the search
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.sinks.delta import Commit
@@ -29,8 +29,8 @@ from service.sinks.live_files import LiveFiles
 
 # Readings a batch may have for its ids to be collected to the driver.
 SMALL_BATCH = 10_000
-# Ids kept at most: about 35 MB of hashes, an hour of 140 readings/s.
-MOST_IDS = 500_000
+# Ids kept at most: about 70 MB of hashes, the horizon and slack at 230 readings/s.
+MOST_IDS = 1_000_000
 # Arrivals may go back between batches (partitions, producers' clocks): ids are kept
 # this long beyond the horizon of the latest batch.
 _SLACK = timedelta(minutes=10)
@@ -85,7 +85,7 @@ class RecentIds:
         if not self._current(spark, start - _SLACK):
             return False
         self._expire(start - _SLACK)
-        ids = [hash(r.event_id) for r in readings.select("event_id").collect()]
+        ids = [r.id for r in readings.select(_hashed("event_id")).collect()]
         batch = frozenset(ids)
         unseen = (
             start >= self._floor
@@ -119,13 +119,13 @@ class RecentIds:
         if rows is None or rows > self._most:
             return False
         arrivals = self._silver.read(spark, floor, None).select(
-            "event_id", F.unix_micros(self._silver.column).alias("micros")
+            _hashed("event_id"), F.unix_micros(self._silver.column).alias("micros")
         )
         loaded = arrivals.collect()
         self._version, self._floor = version, floor
         if loaded:
             latest = _EPOCH + timedelta(microseconds=max(r.micros for r in loaded))
-            self._keep(latest, frozenset(hash(r.event_id) for r in loaded))
+            self._keep(latest, frozenset(r.id for r in loaded))
         return self._version is not None
 
     def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
@@ -146,3 +146,8 @@ class RecentIds:
     def _drop(self) -> None:
         self._version, self._floor, self._size = None, _NEVER, 0
         self._kept.clear()
+
+
+def _hashed(column: str) -> Column:
+    """``column``'s 64-bit hash as ``id``: computed by Spark, so no string leaves the JVM."""
+    return F.xxhash64(column).alias("id")
