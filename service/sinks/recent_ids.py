@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from datetime import UTC, datetime, timedelta
 
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -121,11 +122,11 @@ class RecentIds:
         arrivals = self._silver.read(spark, floor, None).select(
             _hashed("event_id"), F.unix_micros(self._silver.column).alias("micros")
         )
-        loaded = arrivals.collect()
+        loaded = arrivals.toArrow()
         self._version, self._floor = version, floor
-        if loaded:
-            latest = _EPOCH + timedelta(microseconds=max(r.micros for r in loaded))
-            self._keep(latest, frozenset(r.id for r in loaded))
+        if loaded.num_rows:
+            latest = _EPOCH + timedelta(microseconds=pc.max(loaded["micros"]).as_py())
+            self._keep(latest, frozenset(loaded["id"].to_pylist()))
         return self._version is not None
 
     def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
