@@ -29,12 +29,11 @@ _STATS_PRECISION = timedelta(milliseconds=1)
 
 @dataclass(frozen=True)
 class _File:
-    """A live file (its Delta ``AddFile``, py4j), its column bounds and rows, None when unknown."""
+    """A live file (its Delta ``AddFile``, py4j) and its column bounds, None when unknown."""
 
     action: Any
     low: datetime | None
     high: datetime | None
-    rows: int | None
 
     def may_hold(self, start: datetime, end: datetime | None) -> bool:
         """Whether the file may hold a value in ``[start, end]`` (both UTC; no end: none)."""
@@ -66,10 +65,12 @@ class LiveFiles:
         window = since if end is None else since & (F.col(self.column) <= F.lit(end))
         if self._files is None:
             return spark.read.format("delta").load(self.uri).where(window)
+        low, high = start.astimezone(UTC), None if end is None else end.astimezone(UTC)
         jvm: Any = spark.sparkContext._jvm
         chosen = jvm.java.util.ArrayList()
-        for file in self._chosen(start, end):
-            chosen.add(file.action)
+        for file in self._files:
+            if file.may_hold(low, high):
+                chosen.add(file.action)
         files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(chosen).toSeq()
         chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
         return DataFrame(chosen_only, spark).where(window)
@@ -78,26 +79,12 @@ class LiveFiles:
         """The table's latest version (its files are kept for it)."""
         return int(self._latest(spark)[1].version())
 
-    def rows_since(self, spark: SparkSession, start: datetime) -> int | None:
-        """An upper bound of the table's rows whose ``column`` is ``start`` or later, from
-        the statistics of its latest version's files (None when a file has none)."""
-        self._latest(spark)
-        if self._files is None:
-            return None
-        rows = [file.rows for file in self._chosen(start, None)]
-        return None if None in rows else sum(r for r in rows if r is not None)
-
     def _latest(self, spark: SparkSession) -> tuple[Any, Any]:
         """The table's ``DeltaLog`` and latest snapshot, its files kept for that version."""
         delta_log, snapshot = latest_snapshot(spark, self.uri)
         if int(snapshot.version()) != self._version:
             self._load(snapshot)
         return delta_log, snapshot
-
-    def _chosen(self, start: datetime, end: datetime | None) -> list[_File]:
-        """The kept files that may hold a value in ``[start, end]``."""
-        low, high = start.astimezone(UTC), None if end is None else end.astimezone(UTC)
-        return [file for file in self._files or () if file.may_hold(low, high)]
 
     def committed(self, commit: Commit | None) -> None:
         """The writer's `append_once` returned ``commit``: keep its files if it is the next
@@ -124,14 +111,13 @@ class LiveFiles:
     def _file(self, action: Any) -> _File:
         stats = action.stats()
         if stats is None:
-            return _File(action, None, None, None)
+            return _File(action, None, None)
         parsed = json.loads(stats)
-        rows = parsed.get("numRecords")
         low = parsed.get("minValues", {}).get(self.column)
         high = parsed.get("maxValues", {}).get(self.column)
         if low is None or high is None:
-            return _File(action, None, None, rows)
-        return _File(action, _utc(low), _utc(high), rows)
+            return _File(action, None, None)
+        return _File(action, _utc(low), _utc(high))
 
 
 def _utc(text: str) -> datetime:

@@ -12,13 +12,17 @@ stays the one definition of a duplicate.
 The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
 not the one kept (a start, maintenance, any other writer), and each batch's ids are
 added as it writes. Only small batches are collected to the driver, and only while
-silver holds few ids from the floor on. At high rates batches are large, their
-fixed cost matters less, and every batch searches.
+silver holds few ids from the floor on (when it holds more, a load is tried again
+every 5 minutes). At high rates batches are large, their fixed cost matters less,
+and every batch searches.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
@@ -35,6 +39,8 @@ MOST_IDS = 1_000_000
 # Arrivals may go back between batches (partitions, producers' clocks): ids are kept
 # this long beyond the horizon of the latest batch.
 _SLACK = timedelta(minutes=10)
+# Seconds between attempts to load while silver holds too many ids (each one a read).
+_RETRY_SECONDS = 300.0
 _MICROSECOND = timedelta(microseconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER = datetime.max.replace(tzinfo=UTC)
@@ -53,8 +59,12 @@ class RecentIds:
         horizon_seconds: int,
         most: int = MOST_IDS,
         small: int = SMALL_BATCH,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._silver = silver
+        self._clock = clock
+        # When silver last held too many ids to load, no load is tried before this.
+        self._retry_at = -math.inf
         self._horizon = timedelta(seconds=horizon_seconds)
         self._most = most
         self._small = small
@@ -111,18 +121,21 @@ class RecentIds:
 
     def _current(self, spark: SparkSession, floor: datetime) -> bool:
         """Whether the ids of silver's latest version are kept, loading them from ``floor``
-        on if they are not and there are few enough."""
+        on if they are not and there are few enough (else not again for a while)."""
         version = int(self._silver.version(spark))
         if version == self._version:
             return True
         self._drop()
-        rows = self._silver.rows_since(spark, floor)
-        if rows is None or rows > self._most:
+        now = self._clock()
+        if now < self._retry_at:
             return False
         arrivals = self._silver.read(spark, floor, None).select(
             _hashed("event_id"), F.unix_micros(self._silver.column).alias("micros")
         )
-        loaded = arrivals.toArrow()
+        loaded = arrivals.limit(self._most + 1).toArrow()
+        if loaded.num_rows > self._most:
+            self._retry_at = now + _RETRY_SECONDS
+            return False
         self._version, self._floor = version, floor
         if loaded.num_rows:
             latest = _EPOCH + timedelta(microseconds=pc.max(loaded["micros"]).as_py())

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from service.sinks.delta import append_once, ensure_table
@@ -17,15 +21,23 @@ from tests.unit.test_delta_sink import _jobs_of
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 HORIZON = 3600
+_GROUPS = itertools.count()  # Spark job group names, never reused
 
 
 class Writer:
     """Silver's writer as the sensors query is: ids checked, then the batch appended."""
 
-    def __init__(self, spark: SparkSession, uri: str, most: int = 100, small: int = 10) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        uri: str,
+        most: int = 100,
+        small: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.spark, self.uri = spark, uri
         self.live = LiveFiles(uri, "kafka_timestamp")
-        self.recent = RecentIds(self.live, HORIZON, most=most, small=small)
+        self.recent = RecentIds(self.live, HORIZON, most=most, small=small, clock=clock)
         self.batches = 0
         self.check_jobs = 0  # Spark jobs of the last batch's check
 
@@ -38,7 +50,7 @@ class Writer:
         checked: list[bool] = []
         self.check_jobs = _jobs_of(
             self.spark,
-            f"recent-{self.batches}",
+            f"recent-{next(_GROUPS)}",
             lambda: checked.append(
                 self.recent.none_seen(self.spark, batch, len(ids), arrival, arrival)
             ),
@@ -84,15 +96,30 @@ def test_a_batch_skips_the_search_only_when_it_finds_nothing(
     assert not writer.batch(["g"], 60)
 
 
-def test_large_batches_and_many_ids_always_search(spark: SparkSession, tmp_path: Path) -> None:
+def test_large_batches_and_many_ids_search_and_only_the_horizon_is_loaded(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     uri = f"file:{tmp_path / 'silver'}"
     ensure_table(spark, uri, SENSOR_READINGS)
-    writer = Writer(spark, uri, most=4, small=3)
+    now = [0.0]
+    writer = Writer(spark, uri, most=4, small=4, clock=lambda: now[0])
     assert writer.batch(["a", "b"], 0)
-    assert not writer.batch(["c", "d", "e", "f"], 1)  # too many to collect
+    assert not writer.batch(["c", "d", "e", "f", "g"], 1)  # too many to collect
     assert 0 == writer.recent.size
-    assert not writer.batch(["g"], 2)  # silver holds six ids: too many to load
-    assert 0 == writer.recent.size
+    assert not writer.batch(["h"], 2)  # silver holds seven ids: too many to load
+    assert not writer.batch(["i"], 3)  # and no load is tried for a while
+    assert 0 == writer.check_jobs
+    now[0] += 300
+    assert not writer.batch(["j"], 4)  # tried again: nine ids
+    assert writer.check_jobs > 0
+
+    # All in one file, most of it before the horizon of a batch an hour later: the
+    # ids from the floor (its horizon and slack, 3 minutes in) on are few enough.
+    DeltaTable.forPath(spark, uri).optimize().executeCompaction()
+    assert 1 == len(spark.read.format("delta").load(uri).inputFiles())
+    now[0] += 300
+    assert writer.batch(["k"], 73)
+    assert 3 == writer.recent.size  # i, j and k
 
     uri = f"file:{tmp_path / 'other'}"
     ensure_table(spark, uri, SENSOR_READINGS)
