@@ -276,11 +276,12 @@ def _write_sensors(
         spark = valid.sparkSession
         duplicates: DataFrame | None = None
         try:
-            with written.profile.phase("dedup"):
+            with written.profile.phase("recent_ids"):
                 unseen = recent.none_seen(
                     spark, readings, summary.valid, summary.first_arrival, summary.last_arrival
                 )
-                if not unseen:
+            if not unseen:
+                with written.profile.phase("dedup"):
                     # Cached: the silver lookup runs once, for the count, the write and the filter.
                     silver_rows = recent_readings(spark, silver, summary, settings)
                     horizon = settings.dedup_horizon_seconds
