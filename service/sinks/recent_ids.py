@@ -140,7 +140,7 @@ class RecentIds:
         if loaded.num_rows:
             latest = _EPOCH + timedelta(microseconds=pc.max(loaded["micros"]).as_py())
             self._keep(latest, frozenset(loaded["id"].to_pylist()))
-        return self._version is not None
+        return True
 
     def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
         if self._version is None:
