@@ -111,7 +111,7 @@ test: setup
 	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
 	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest tests --ignore=tests/image
+	$(VENV)/bin/pytest -n 2 tests --ignore=tests/image
 
 test-unit: setup
 	$(VENV)/bin/pytest tests/unit
