@@ -37,7 +37,7 @@ from service.queries import IngestBatches, QueryWriter, run_together, start_with
 from service.schemas import BRONZE, INGESTED_AT
 from service.sinks.delta import Commit, append_once
 from service.sinks.live_files import LiveFiles
-from service.sinks.recent_ids import RecentIds
+from service.sinks.recent_ids import RecentIds, utc_from_micros
 from service.sinks.users import merge_users_once
 from service.sources.kafka import read_topic
 from service.tables import (
@@ -56,8 +56,6 @@ from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid, to_quarantine
 
 log = structlog.get_logger(__name__)
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -192,15 +190,9 @@ def summarize(parsed: DataFrame) -> BatchSummary:
     return BatchSummary(
         rows_in=sum(int(g["rows"]) for g in groups),
         quarantined={g["error_code"]: int(g["rows"]) for g in groups if g["error_code"]},
-        first_arrival=_utc(min(firsts, default=None)),
-        last_arrival=_utc(max(lasts, default=None)),
+        first_arrival=utc_from_micros(min(firsts)) if firsts else None,
+        last_arrival=utc_from_micros(max(lasts)) if lasts else None,
     )
-
-
-def _utc(micros: int | None) -> datetime | None:
-    """A UTC datetime from microseconds since the epoch: exact in every time zone (a
-    collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
 
+def utc_from_micros(micros: int) -> datetime:
+    """A UTC datetime from microseconds since the epoch: exact in every time zone (a
+    collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
 class RecentIds:
     """The ids silver holds from a floor of ``silver``'s column (its arrival time) on.
 
@@ -138,7 +144,7 @@ class RecentIds:
             return False
         self._version, self._floor = version, floor
         if loaded.num_rows:
-            latest = _EPOCH + timedelta(microseconds=pc.max(loaded["micros"]).as_py())
+            latest = utc_from_micros(pc.max(loaded["micros"]).as_py())
             self._keep(latest, frozenset(loaded["id"].to_pylist()))
         return True
 
