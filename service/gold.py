@@ -13,7 +13,6 @@ at least once there (a replayed batch publishes again), exactly once in Delta.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from service.checkpoints import checkpoint_plan
 from service.config import Settings
 from service.hadoop_fs import HadoopFiles
 from service.maintenance import TableMaintenance
+from service.profile import BatchProfile
 from service.queries import IngestBatches, QueryWriter, checkpoint_location, start_with_writer
 from service.sinks.delta import append_once, latest_snapshot
 from service.tables import (
@@ -134,26 +134,36 @@ class GoldWriter(QueryWriter):
         app_id = self.app_id(batch_id)
         with self.writing(batch_id):
             waited = self._ingest.wait_until_idle(self.settings.gold_yield_seconds)
-            started = time.monotonic()
-            per_batch = self.query.per_batch
-            rows = per_batch(batch, self.settings) if per_batch else batch
+            profile = BatchProfile(batch.sparkSession.sparkContext)
+            table = self.query.table
+            rows = batch
+            if self.query.per_batch is not None:
+                with profile.phase("per_batch"):
+                    rows = self.query.per_batch(batch, self.settings)
             if self.query.after_write is not None:
                 rows = rows.persist()  # published after the commit: computed once
             try:
                 self.fence()
-                table = self.query.table
-                uri = table.uri(self.settings.storage_uri)
-                append_once(rows, uri, app_id, batch_id, table.properties)
+                with profile.phase(table.name):
+                    append_once(
+                        rows,
+                        table.uri(self.settings.storage_uri),
+                        app_id,
+                        batch_id,
+                        table.properties,
+                        committing=profile.phase(f"{table.name}:commit"),
+                    )
                 if self.query.after_write is not None:
-                    self.query.after_write(rows, self.settings)
+                    with profile.phase("after_write"):
+                        self.query.after_write(rows, self.settings)
             finally:
                 rows.unpersist()
             log.info(
                 "batch_written",
                 query=self.query.name,
                 batch_id=batch_id,
-                duration_ms=round((time.monotonic() - started) * 1000),
                 waited_for_ingest_ms=round(waited * 1000),
+                **profile.summary(),
             )
 
 

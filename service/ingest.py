@@ -218,7 +218,9 @@ class Written:
         with self.profile.phase(table.name):
             self.fence()
             files = _per_commit_files(rows, settings)
-            return append_once(files, table.uri(settings.storage_uri), self.app_id, self.batch_id)
+            uri = table.uri(settings.storage_uri)
+            committing = self.profile.phase(f"{table.name}:commit")
+            return append_once(files, uri, self.app_id, self.batch_id, committing=committing)
 
 
 def _write_users(

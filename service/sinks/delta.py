@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -44,6 +45,7 @@ def append_once(
     txn_app_id: str,
     txn_version: int,
     properties: Mapping[str, str] = _NO_PROPERTIES,
+    committing: AbstractContextManager[None] | None = None,
 ) -> Commit | None:
     """Append ``df`` to ``uri`` unless batch ``txn_version`` of ``txn_app_id`` is already in.
 
@@ -58,6 +60,8 @@ def append_once(
 
     An append that creates the table (a gold table's first) gives it ``properties``,
     the Delta table properties of its `Table`; Delta ignores them on an existing table.
+    ``committing`` is entered around the Delta commit itself, after the files are
+    written (a profile phase); only when this path commits.
 
     Returns the commit, or None when the batch was in already or Delta's writer wrote it.
     """
@@ -80,7 +84,8 @@ def append_once(
     write = getattr(delta, "DeltaOperations$Write")(
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, none
     )
-    version = int(txn.commit(files.appended(record), write))
+    with committing or nullcontext():
+        version = int(txn.commit(files.appended(record), write))
     added = [f for f in scala_items(files) if f.getClass().getSimpleName() == "AddFile"]
     return Commit(version, added)
 

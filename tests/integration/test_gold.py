@@ -158,6 +158,7 @@ class GoldRuns:
     late: list[dict[str, Any]]  # wave 2, behind the watermark (incl. the ghost device's)
     fresh: list[dict[str, Any]]  # wave 2, ahead of it
     progress: dict[str, list[dict[str, Any]]]  # reference's query_progress lines per run
+    written: list[dict[str, Any]]  # reference's batch_written lines of wave 1
     wave1_versions: dict[str, int]  # reference's gold table versions after wave 1
     in_flight_at_kill: list[tuple[str, int]]  # (stateful query, uncommitted batch) per kill
 
@@ -244,7 +245,9 @@ def runs(
     produce(servers, base.sensors_topic, [(f"k{r['event_id']}", r) for r in readings])
 
     # Ingested once: the crashed lake starts with the reference's silver, and no gold.
-    progress = {"wave1": run_available_now(reference, "wave1").events("query_progress")}
+    first = run_available_now(reference, "wave1")
+    progress = {"wave1": first.events("query_progress")}
+    written = first.events("batch_written")
     wave1_versions = table_versions(spark, reference)
     copy_storage_root(
         minio_server.s3_client(), reference, crashed, skip=("gold/", "_checkpoints/gold_")
@@ -276,7 +279,9 @@ def runs(
     produce(servers, base.sensors_topic, [(r["event_id"], r) for r in late + fresh])
     produce(servers, base.users_topic, [("3", None)])  # user 3 deleted from now on
     progress["wave2"] = run_available_now(reference, "wave2").events("query_progress")
-    yield GoldRuns(reference, crashed, readings, late, fresh, progress, wave1_versions, in_flight)
+    yield GoldRuns(
+        reference, crashed, readings, late, fresh, progress, written, wave1_versions, in_flight
+    )
 
 
 def table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
@@ -431,6 +436,21 @@ def test_alerts_once_in_delta_and_at_least_once_on_kafka(
     published = topic_records(runs.reference.bootstrap_servers, runs.reference.alerts_topic)
     assert expected_ids == {r.key.decode() for r in published if r.key is not None}
     assert {json.loads(r.value)["event_id"] for r in published if r.value} == expected_ids
+
+
+def test_each_gold_batch_logs_its_write_and_the_delta_commit_within_it(runs: GoldRuns) -> None:
+    for query in ("gold_" + t.removeprefix("gold/") for t in TABLES):
+        table = "gold/" + query.removeprefix("gold_")
+        lines = [e for e in runs.written if e["query"] == query]
+        assert list(range(len(lines))) == [e["batch_id"] for e in lines] != [], query
+        extra = {"gold_readings_enriched": {"per_batch"}, "gold_alerts": {"after_write"}}
+        for line in lines:
+            phases = line["phases_ms"]
+            # Batch 0 creates the table through Delta's writer: no commit of its own.
+            commit = {f"{table}:commit"} if line["batch_id"] else set()
+            assert {table} | commit | extra.get(query, set()) == set(phases), line
+            assert line["duration_ms"] >= phases[table] >= phases.get(f"{table}:commit", 0), line
+            assert line["spark_jobs"] >= 1 and line["waited_for_ingest_ms"] >= 0, line
 
 
 def window_starts(after: datetime, until: datetime, size: timedelta, slide: timedelta) -> int:

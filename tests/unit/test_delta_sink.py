@@ -14,6 +14,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from service.profile import BatchProfile
 from service.sinks.delta import append_once, ensure_table, table_transactions
 from service.sinks.live_files import LiveFiles
 from service.tables import (
@@ -91,9 +92,15 @@ def test_an_append_reads_the_txn_from_the_checksum_and_records_it_as_delta_does(
 ) -> None:
     uri = _table_with_batch_0(spark, tmp_path / "duplicates")
 
+    profile = BatchProfile(spark.sparkContext)
+
+    def append(phase: str) -> object:
+        return append_once(_rows(spark, 1), uri, "app", 1, committing=profile.phase(phase))
+
     # One job writes the files; none reconstructs the table state to find the txn.
-    assert 1 == _jobs_of(spark, "append-1", lambda: append_once(_rows(spark, 1), uri, "app", 1))
-    assert 0 == _jobs_of(spark, "replay-1", lambda: append_once(_rows(spark, 1), uri, "app", 1))
+    assert 1 == _jobs_of(spark, "append-1", lambda: append("commit"))
+    assert 0 == _jobs_of(spark, "replay-1", lambda: append("replay"))
+    assert ["commit"] == list(profile.phases_ms)  # the replay committed nothing
     last = DeltaTable.forPath(spark, uri).history(1).collect()[0]
 
     assert 6 == spark.read.format("delta").load(uri).count()
