@@ -49,15 +49,15 @@ def _committed(df: DataFrame, uri: str, app_id: str) -> int:
     return (table_transactions(df.sparkSession, uri) or {}).get(app_id, -1)
 
 
-def crashing(write: Callable[[DataFrame, str, str, int], T]) -> Callable[..., T]:
+def crashing(write: Callable[..., T]) -> Callable[..., T]:
     """``write`` (an idempotent table write), with the ``before``/``after`` points."""
 
-    def wrapped(df: DataFrame, uri: str, app_id: str, version: int) -> T:
+    def wrapped(df: DataFrame, uri: str, app_id: str, version: int, **options: Any) -> T:
         table = _table(uri)
         if PHASE == f"before:{table}":
             crash(PHASE)
         was = _committed(df, uri, app_id) if PHASE == f"after:{table}" else None
-        result = write(df, uri, app_id, version)
+        result = write(df, uri, app_id, version, **options)
         if was is not None and _committed(df, uri, app_id) > was:
             crash(PHASE)
         return result
