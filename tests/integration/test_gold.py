@@ -439,11 +439,11 @@ def test_alerts_once_in_delta_and_at_least_once_on_kafka(
 
 
 def test_each_gold_batch_logs_its_write_and_the_delta_commit_within_it(runs: GoldRuns) -> None:
-    for query in ("gold_" + t.removeprefix("gold/") for t in TABLES):
-        table = "gold/" + query.removeprefix("gold_")
+    extra = {"gold_readings_enriched": {"per_batch"}, "gold_alerts": {"after_write"}}
+    for table in TABLES:
+        query = "gold_" + table.removeprefix("gold/")
         lines = [e for e in runs.written if e["query"] == query]
         assert list(range(len(lines))) == [e["batch_id"] for e in lines] != [], query
-        extra = {"gold_readings_enriched": {"per_batch"}, "gold_alerts": {"after_write"}}
         for line in lines:
             phases = line["phases_ms"]
             # Batch 0 creates the table through Delta's writer: no commit of its own.
