@@ -25,9 +25,8 @@ HELM_VERSION := v3.21.4
 HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
   -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36 \
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
-CHART_DIR    := helm/lakehouse-ingest
 
-.PHONY: help setup venv jars kafka-jars minio cds tools chart-files prometheus run test test-unit test-integration lint typecheck bench image image-tools image-test clean
+.PHONY: help setup venv jars kafka-jars minio cds tools prometheus run test test-unit test-integration lint typecheck bench image image-tools image-test clean
 
 help:
 	@echo "make run    set up everything, start local Kafka + generator + the service (Ctrl-C stops all)"
@@ -38,7 +37,7 @@ help:
 	@echo "make image-test  build it, then run the service inside it against local Kafka and MinIO"
 	@echo "make lint | typecheck | test-unit | test-integration | clean"
 
-setup: venv jars kafka-jars minio tools chart-files prometheus cds
+setup: venv jars kafka-jars minio tools prometheus cds
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -83,18 +82,6 @@ $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION):
 	GOBIN=$(LAKEHOUSE_CACHE)/bin CGO_ENABLED=0 GOFLAGS=-mod=mod go install -ldflags "$(HELM_LDFLAGS)" \
 	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	touch $@
-
-# Helm reads only files inside the chart: copy the dashboards (deploy/grafana) and the
-# alert rule files (deploy/prometheus, files with top-level `groups:`) into it (git-ignored).
-# The chart scopes the copied rules to its release's job and namespace and sets their
-# thresholds and runbook links from its values (templates/prometheusrule.yaml).
-chart-files:
-	rm -rf $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules
-	mkdir -p $(CHART_DIR)/files/dashboards $(CHART_DIR)/files/rules
-	if [ -d deploy/grafana ]; then find deploy/grafana -name '*.json' -exec cp {} $(CHART_DIR)/files/dashboards/ \; ; fi
-	if [ -d deploy/prometheus ]; then \
-	  find deploy/prometheus -maxdepth 1 \( -name '*.yml' -o -name '*.yaml' \) -exec grep -l '^groups:' {} + \
-	    | xargs -r cp -t $(CHART_DIR)/files/rules/ ; fi
 
 # Prometheus + promtool from Debian, when missing (needs root). Tests start their own
 # server on a free loopback port with temporary storage, so the package's own service

@@ -3,12 +3,12 @@
 `helm` is the pinned build from `make tools`; the Kubernetes OpenAPI-derived JSON
 schemas come from the kubernetes-validate package. Prometheus Operator objects
 (CRDs, no bundled schema) are checked structurally, and their rules with promtool:
-the unit tests of deploy/prometheus run against the chart's PrometheusRule too.
+the unit tests of deploy/prometheus/alerts_test.yml run against the chart's PrometheusRule
+too.
 """
 
 from __future__ import annotations
 
-import filecmp
 import json
 import re
 import shutil
@@ -31,6 +31,8 @@ CHART = REPO / "helm" / "lakehouse-ingest"
 CI_VALUES = sorted((REPO / "helm" / "ci").glob("*-values.yaml"))
 EXECUTORS_VALUES = str(REPO / "helm/ci/k8s-executors-values.yaml")
 PROMETHEUS = REPO / "deploy" / "prometheus"
+# The alert rules' one copy (Compose and promtool read it there too).
+RULES = CHART / "files" / "rules" / "alerts.yml"
 MONITORING_API = "monitoring.coreos.com/v1"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest bundled.
 KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
@@ -40,7 +42,7 @@ RENDER_KUBE_VERSION = "1.30.0"
 SECRET_VALUES = ("minioadmin", "hunter2", "AKIA")
 # The release `render` installs: its Service name is the `job` of its series.
 RELEASE_JOB = "ingest-lakehouse-ingest"
-# The scrape job deploy/prometheus/alerts.yml and its tests name (Docker Compose's).
+# The scrape job the alert rules and their tests name (Docker Compose's).
 COMPOSE_JOB = "lakehouse-ingest"
 METRIC_SELECTOR = re.compile(r"\b(lakehouse_ingest_[a-z_]+)(\{[^}]*\})?")
 
@@ -730,8 +732,8 @@ def test_alert_thresholds_job_and_runbook_base_url_come_from_values() -> None:
     assert [base] == [link["url"] for link in dashboard["links"] if link["title"] == "Runbooks"]
 
 
-def test_chart_defaults_render_the_alerts_of_deploy_prometheus_for_the_release() -> None:
-    groups = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
+def test_chart_defaults_render_the_alerts_of_the_rules_file_for_the_release() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
     source = {rule["alert"]: rule for group in groups for rule in group["rules"] if "alert" in rule}
     scope = f'job="{RELEASE_JOB}",namespace="{NAMESPACE}"'
     base = chart_values()["monitoring"]["alerts"]["runbookBaseUrl"]
@@ -770,20 +772,55 @@ def test_the_chart_refuses_rules_it_cannot_scope_or_tune(
     assert message in result.stderr, result.stderr
 
 
-def test_chart_files_are_in_sync_with_deploy() -> None:
-    dashboards = sorted((REPO / "deploy/grafana").rglob("*.json"))
-    rules = [
-        p
-        for p in sorted((REPO / "deploy/prometheus").glob("*.y*ml"))
-        if re.search(r"(?m)^groups:", p.read_text())
+def test_the_rules_and_dashboards_have_one_copy_in_git_inside_the_chart() -> None:
+    """Compose, promtool and the chart read the chart's files; nothing is copied."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    rule_files = [
+        path
+        for path in tracked
+        if path.endswith((".yml", ".yaml"))
+        and re.search(r"(?m)^groups:", (REPO / path).read_text(errors="replace"))
     ]
-    for sources, copy_dir in ((dashboards, "dashboards"), (rules, "rules")):
-        assert sources, f"nothing to ship as {copy_dir}"
-        copies = sorted((CHART / "files" / copy_dir).iterdir())
-        assert sorted(p.name for p in sources) == [p.name for p in copies], "make chart-files"
-        for source in sources:
-            copy = CHART / "files" / copy_dir / source.name
-            assert filecmp.cmp(source, copy, shallow=False), f"{source.name}: make chart-files"
+    assert ["helm/lakehouse-ingest/files/rules/alerts.yml"] == rule_files
+    dashboards = [p for p in tracked if p.endswith(".json") and "dashboard" in p]
+    assert ["helm/lakehouse-ingest/files/dashboards/lakehouse-ingest.json"] == dashboards
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *rule_files, *dashboards],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "" == ignored.stdout, "the chart's files are committed, not generated"
+
+
+def test_the_chart_renders_with_monitoring_from_a_fresh_git_clone(tmp_path: Path) -> None:
+    """What Argo CD and Flux do: `helm template` of the committed chart, nothing generated.
+
+    A clone has what HEAD has: commit a change to the chart before relying on this test.
+    """
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--depth", "1", f"file://{REPO}", str(clone)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = template(None, True, chart=clone / "helm" / "lakehouse-ingest")
+    assert 0 == result.returncode, result.stderr
+    manifests = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    kinds = {m["kind"] for m in manifests}
+    assert {"PrometheusRule", "ServiceMonitor"} <= kinds
+    rule = one(tuple(manifests), "PrometheusRule")
+    assert alert_rules((rule,)), "the clone's PrometheusRule has alerts"
+    dashboards = [
+        m
+        for m in manifests
+        if m["kind"] == "ConfigMap" and m["metadata"]["labels"].get("grafana_dashboard") == "1"
+    ]
+    assert dashboards, "the clone's chart renders its dashboards"
 
 
 def test_values_schema_rejects_credentials_and_latest() -> None:

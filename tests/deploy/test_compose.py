@@ -163,7 +163,7 @@ def test_every_bind_mount_source_exists() -> None:
                 assert (REPO / source).exists(), f"{name}: {source}"
 
 
-def test_prometheus_config_is_valid_and_loads_exactly_the_rule_files() -> None:
+def test_prometheus_config_is_valid_and_loads_exactly_the_charts_rule_files() -> None:
     config = REPO / "deploy/compose/prometheus.yml"
     result = subprocess.run(
         ["promtool", "check", "config", "--syntax-only", str(config)],
@@ -178,13 +178,15 @@ def test_prometheus_config_is_valid_and_loads_exactly_the_rule_files() -> None:
         str(v).split(":")[1]: str(v).split(":")[0] for v in services()["prometheus"]["volumes"]
     }
     rules_dir = REPO / mounts["/etc/prometheus/rules"]
+    assert REPO / "helm/lakehouse-ingest/files/rules" == rules_dir.resolve()
     loaded = {
         path
         for pattern in data["rule_files"]
         for path in rules_dir.glob(str(Path(pattern).relative_to("/etc/prometheus/rules")))
     }
-    rule_files = {p for p in rules_dir.glob("*.y*ml") if re.search(r"(?m)^groups:", p.read_text())}
-    assert rule_files, "no alert rules in deploy/prometheus/"
+    # What the chart's PrometheusRule reads (templates/prometheusrule.yaml): every file.
+    rule_files = set(rules_dir.glob("*.yml")) | set(rules_dir.glob("*.yaml"))
+    assert rule_files, "no alert rules in helm/lakehouse-ingest/files/rules/"
     assert rule_files == loaded
     result = subprocess.run(
         ["promtool", "check", "rules", *sorted(map(str, loaded))],
@@ -195,16 +197,22 @@ def test_prometheus_config_is_valid_and_loads_exactly_the_rule_files() -> None:
     assert 0 == result.returncode, result.stdout + result.stderr
 
 
-def test_grafana_uses_the_repo_provisioning_with_the_compose_prometheus() -> None:
+def test_grafana_provisions_the_charts_dashboards_with_the_compose_prometheus() -> None:
     grafana = services()["grafana"]
     env = grafana["environment"]
     mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in grafana["volumes"]}
     repo_in_container = env["LAKEHOUSE_INGEST_REPO"]
-    assert "./deploy/grafana" == mounts[f"{repo_in_container}/deploy/grafana"]
     provisioning = Path(env["GF_PATHS_PROVISIONING"]).relative_to(repo_in_container)
+    assert f"./{provisioning}" == mounts[env["GF_PATHS_PROVISIONING"]]
     assert (REPO / provisioning / "datasources").is_dir()
-    assert (REPO / provisioning / "dashboards").is_dir()
+    providers = yaml.safe_load(
+        (REPO / provisioning / "dashboards" / "lakehouse-ingest.yml").read_text()
+    )["providers"]
+    (path,) = [p["options"]["path"] for p in providers]
+    in_container = path.replace("${LAKEHOUSE_INGEST_REPO}", repo_in_container)
+    dashboards = REPO / mounts[in_container]
+    assert REPO / "helm/lakehouse-ingest/files/dashboards" == dashboards.resolve()
+    assert list(dashboards.glob("*.json")), "no dashboards to provision"
     datasources = "".join(p.read_text() for p in (REPO / provisioning / "datasources").iterdir())
     assert "${PROMETHEUS_URL}" in datasources
     assert "http://prometheus:9090" == env["PROMETHEUS_URL"]
-    assert list((REPO / "deploy/grafana").rglob("*.json")), "no dashboards in deploy/grafana/"

@@ -1,8 +1,9 @@
-"""deploy/prometheus and deploy/grafana: alerts scoped to one job, summaries that say something,
-dashboard panels narrowed by namespace and instance.
+"""The alert rules and the dashboard (their one copy: helm/lakehouse-ingest/files): alerts
+scoped to one job, summaries that say something, dashboard panels narrowed by namespace and
+instance.
 
 The alert logic itself is tested by promtool (deploy/prometheus/alerts_test.yml, run by
-tests/unit/test_rules.py and, against the chart's PrometheusRule, by test_chart.py).
+test_rules.py and, against the chart's PrometheusRule, by test_chart.py).
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
-DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "lakehouse-ingest.json"
+CHART_FILES = REPO / "helm" / "lakehouse-ingest" / "files"
+RULES = CHART_FILES / "rules" / "alerts.yml"
+DASHBOARD = CHART_FILES / "dashboards" / "lakehouse-ingest.json"
 # The scrape job of Docker Compose and of the integration tests' Prometheus.
 JOB = "lakehouse-ingest"
 METRIC_SELECTOR = re.compile(r"\b(lakehouse_ingest_[a-z_]+)(\{[^}]*\})?")
 
 
 def alert_rules() -> list[dict[str, Any]]:
-    """The alert rules of deploy/prometheus/alerts.yml."""
-    groups = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
+    """The alert rules of alerts.yml."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 

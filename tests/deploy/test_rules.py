@@ -1,4 +1,8 @@
-"""Alert rules (promtool), their runbooks, and the dashboard's use of real metric names."""
+"""Alert rules (promtool), their runbooks, and the dashboard's use of real metric names.
+
+The rules and the dashboard have one copy each, inside the Helm chart (Helm reads only
+the chart's files); the promtool unit tests are deploy/prometheus/alerts_test.yml.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ from service.metrics import IngestMetrics, MetricsListener
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
-DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "lakehouse-ingest.json"
+CHART_FILES = REPO / "helm" / "lakehouse-ingest" / "files"
+RULES = CHART_FILES / "rules" / "alerts.yml"
+DASHBOARD = CHART_FILES / "dashboards" / "lakehouse-ingest.json"
 RUNBOOKS = REPO / "docs" / "runbooks"
 REQUIRED_ALERTS = {
     "QueryDown",
@@ -42,13 +48,18 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def alert_rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
+    groups = yaml.safe_load(RULES.read_text())["groups"]
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
 def test_promtool_check_rules_accepts_the_alert_rules() -> None:
-    result = promtool("check", "rules", "alerts.yml")
+    result = promtool("check", "rules", str(RULES))
     assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_the_promtool_unit_tests_load_the_charts_rule_file() -> None:
+    unit = yaml.safe_load((PROMETHEUS / "alerts_test.yml").read_text())
+    assert [RULES] == [(PROMETHEUS / path).resolve() for path in unit["rule_files"]]
 
 
 def test_promtool_unit_tests_of_the_alerts_pass() -> None:
