@@ -10,6 +10,7 @@ too.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from service.config import Settings, default_cache_dir, env_name
+from service.config import Settings, default_cache_dir, env_name, load_settings
 from tests.runbook_commands import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]
@@ -292,6 +293,49 @@ def test_settings_are_real_and_credentials_only_secret_references(
     text = json.dumps(manifests)
     for literal in SECRET_VALUES:
         assert literal not in text
+
+
+# Numbers as a values file gives them (Helm reads them as floats) and as --set gives them.
+LARGE_NUMBERS = {
+    "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": (1000000, "1000000"),
+    "INGEST_KAFKA_MAX_RECORDS_PER_TASK": (10000000000, "10000000000"),
+    "INGEST_TRIGGER_INTERVAL_SECONDS": (0.5, "0.5"),
+    "INGEST_ALERT_HEART_RATE_BPM": (1500000.5, "1500000.5"),
+    "INGEST_GOLD_ENABLED": (False, "false"),
+}
+
+
+@pytest.mark.parametrize("source", ["values-file", "set"])
+def test_config_numbers_reach_the_driver_exactly_and_the_settings_accept_them(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if source == "values-file":
+        values = tmp_path / "values.yaml"
+        config = {key: value for key, (value, _) in LARGE_NUMBERS.items()}
+        values.write_text(yaml.safe_dump({"config": config}))
+        result = template(str(values), False)
+    else:
+        settings = [f"config.{key}={text}" for key, (_, text) in LARGE_NUMBERS.items()]
+        result = template(None, False, *settings)
+    assert 0 == result.returncode, result.stderr
+    manifests = tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    data = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])[
+        "data"
+    ]
+    assert {key: text for key, (_, text) in LARGE_NUMBERS.items()} == {
+        key: data[key] for key in LARGE_NUMBERS
+    }
+    # The driver reads exactly this environment (envFrom the ConfigMap).
+    for name in [n for n in os.environ if n.startswith(("INGEST_", "AWS_"))]:
+        monkeypatch.delenv(name)
+    for key, value in data.items():
+        monkeypatch.setenv(key, value)
+    settings_read = load_settings()
+    assert 1000000 == settings_read.kafka_max_offsets_per_trigger
+    assert 10000000000 == settings_read.kafka_max_records_per_task
+    assert 0.5 == settings_read.trigger_interval_seconds
+    assert 1500000.5 == settings_read.alert_heart_rate_bpm
+    assert settings_read.gold_enabled is False
 
 
 def test_kafka_sasl_credentials_ca_and_client_certificate_come_from_the_named_secrets() -> None:
