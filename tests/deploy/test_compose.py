@@ -216,3 +216,26 @@ def test_grafana_provisions_the_charts_dashboards_with_the_compose_prometheus() 
     datasources = "".join(p.read_text() for p in (REPO / provisioning / "datasources").iterdir())
     assert "${PROMETHEUS_URL}" in datasources
     assert "http://prometheus:9090" == env["PROMETHEUS_URL"]
+
+
+def test_consoles_with_default_credentials_listen_on_loopback_only() -> None:
+    """MinIO, Grafana and the Spark UI (and Prometheus, Kafka's host listener) are published
+    on 127.0.0.1, not on every interface of the host."""
+    published = {
+        (name, str(port).rsplit(":", 1)[-1]): str(port)
+        for name, svc in services().items()
+        for port in svc.get("ports", [])
+    }
+    loopback = {
+        ("minio", "9000"),
+        ("minio", "9001"),
+        ("grafana", "3000"),
+        ("ingest", "4040"),
+        ("prometheus", "9090"),
+        ("kafka", "29092"),
+    }
+    assert loopback <= set(published)
+    for key in loopback:
+        assert published[key].startswith("127.0.0.1:"), published[key]
+    spark_ui = int(services()["ingest"]["environment"]["INGEST_SPARK_UI_PORT"])
+    assert f"127.0.0.1:{spark_ui}:{spark_ui}" in services()["ingest"]["ports"]
