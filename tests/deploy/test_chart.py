@@ -57,10 +57,15 @@ def helm() -> str:
 
 
 def template(
-    values: str | None, monitoring_api: bool, *settings: str, chart: Path = CHART
+    values: str | None,
+    monitoring_api: bool,
+    *settings: str,
+    chart: Path = CHART,
+    flags: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run `helm template` of release "ingest" in NAMESPACE; ``settings`` are `--set` flags."""
-    command = [helm(), "template", "ingest", str(chart), "--namespace", NAMESPACE]
+    """Run `helm template` of release "ingest" in NAMESPACE; ``settings`` are `--set` flags,
+    ``flags`` any other."""
+    command = [helm(), "template", "ingest", str(chart), "--namespace", NAMESPACE, *flags]
     command += ["--kube-version", RENDER_KUBE_VERSION]
     if values:
         command += ["--values", values]
@@ -109,9 +114,37 @@ def cases() -> Iterator[Any]:
 CASES = list(cases())
 
 
+def of_component(manifests: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    """The single manifest of ``kind`` labelled app.kubernetes.io/component=``name``."""
+    (manifest,) = [
+        m
+        for m in by_kind(manifests, kind)
+        if m["metadata"]["labels"].get("app.kubernetes.io/component") == name
+    ]
+    return manifest
+
+
+def driver_settings(manifests: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The ConfigMap the driver's container takes its settings from (envFrom)."""
+    (container,) = driver_deployment(manifests)["spec"]["template"]["spec"]["containers"]
+    (name,) = [e["configMapRef"]["name"] for e in container["envFrom"]]
+    (config_map,) = [m for m in by_kind(manifests, "ConfigMap") if m["metadata"]["name"] == name]
+    return config_map
+
+
+def driver_deployment(manifests: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The driver's Deployment."""
+    return of_component(manifests, "Deployment", "driver")
+
+
+def toolbox_deployment(manifests: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The toolbox's Deployment."""
+    return of_component(manifests, "Deployment", "toolbox")
+
+
 def driver_pod(manifests: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     """The driver's pod template (metadata and spec) in the Deployment."""
-    pod: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]
+    pod: dict[str, Any] = driver_deployment(manifests)["spec"]["template"]
     return pod
 
 
@@ -201,9 +234,10 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(
 @pytest.mark.parametrize(("values", "api"), CASES)
 def test_one_driver_recreated_never_rolled(values: str | None, api: bool) -> None:
     manifests = render(values, api)
-    deployment = one(manifests, "Deployment")
+    deployment = driver_deployment(manifests)
     assert 1 == deployment["spec"]["replicas"]
     assert {"type": "Recreate"} == deployment["spec"]["strategy"]
+    assert 0 == toolbox_deployment(manifests)["spec"]["replicas"], "the toolbox: on request"
     kinds = {m["kind"] for m in manifests}
     assert not kinds & {"HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet"}
 
@@ -211,7 +245,8 @@ def test_one_driver_recreated_never_rolled(values: str | None, api: bool) -> Non
 @pytest.mark.parametrize(("values", "api"), CASES)
 def test_pods_run_non_root_read_only_without_capabilities(values: str | None, api: bool) -> None:
     manifests = render(values, api)
-    pods = [one(manifests, "Deployment")["spec"]["template"]]
+    pods = [d["spec"]["template"] for d in by_kind(manifests, "Deployment")]
+    assert 2 == len(pods), "the driver and the toolbox"
     if (template := executor_pod_template(manifests)) is not None:
         pods.append(template)
     for pod in pods:
@@ -233,7 +268,7 @@ def test_pods_run_non_root_read_only_without_capabilities(values: str | None, ap
 @pytest.mark.parametrize(("values", "api"), CASES)
 def test_driver_has_probes_scratch_ports_and_grace_period(values: str | None, api: bool) -> None:
     manifests = render(values, api)
-    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    pod = driver_deployment(manifests)["spec"]["template"]["spec"]
     (driver,) = pod["containers"]
     assert "/healthz" == driver["startupProbe"]["httpGet"]["path"]
     assert "/healthz" == driver["livenessProbe"]["httpGet"]["path"]
@@ -275,14 +310,16 @@ def test_settings_are_real_and_credentials_only_secret_references(
 ) -> None:
     manifests = render(values, api)
     known = {env_name(field) for field in Settings.model_fields}
-    config_map = next(
+    config_maps = [
         m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m.get("data", {})
-    )
-    assert set() == set(config_map["data"]) - known
+    ]
+    assert 2 == len(config_maps), "the driver's settings and the toolbox's"
     secrets = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "INGEST_KAFKA_SASL_PASSWORD"}
-    assert set() == set(config_map["data"]) & (secrets | {"INGEST_KAFKA_SASL_USERNAME"})
+    for config_map in config_maps:
+        assert set() == set(config_map["data"]) - known
+        assert set() == set(config_map["data"]) & (secrets | {"INGEST_KAFKA_SASL_USERNAME"})
     assert [] == by_kind(manifests, "Secret"), "the chart references Secrets, never creates them"
-    pods = [one(manifests, "Deployment")["spec"]["template"]]
+    pods = [d["spec"]["template"] for d in by_kind(manifests, "Deployment")]
     if (template := executor_pod_template(manifests)) is not None:
         pods.append(template)
     for pod in pods:
@@ -319,9 +356,7 @@ def test_config_numbers_reach_the_driver_exactly_and_the_settings_accept_them(
         result = template(None, False, *settings)
     assert 0 == result.returncode, result.stderr
     manifests = tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
-    data = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])[
-        "data"
-    ]
+    data = driver_settings(manifests)["data"]
     assert {key: text for key, (_, text) in LARGE_NUMBERS.items()} == {
         key: data[key] for key in LARGE_NUMBERS
     }
@@ -340,7 +375,7 @@ def test_config_numbers_reach_the_driver_exactly_and_the_settings_accept_them(
 
 def test_kafka_sasl_credentials_ca_and_client_certificate_come_from_the_named_secrets() -> None:
     manifests = render(str(REPO / "helm/ci/k8s-executors-values.yaml"), False)
-    driver = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    driver = driver_deployment(manifests)["spec"]["template"]["spec"]["containers"][0]
     refs = {
         e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
         for e in driver["env"]
@@ -348,7 +383,7 @@ def test_kafka_sasl_credentials_ca_and_client_certificate_come_from_the_named_se
     }
     assert "lakehouse-kafka" == refs["INGEST_KAFKA_SASL_PASSWORD"]
     assert "lakehouse-s3" == refs["AWS_SECRET_ACCESS_KEY"]
-    config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
+    config = driver_settings(manifests)
     mounts = {m["mountPath"] for m in driver["volumeMounts"]}
     for variable in ("INGEST_KAFKA_SSL_CA_LOCATION", "INGEST_KAFKA_SSL_KEYSTORE_LOCATION"):
         assert str(Path(config["data"][variable]).parent) in mounts
@@ -364,10 +399,10 @@ def test_executor_rbac_and_driver_service_exist_only_with_executors(
     assert enabled == ("Role" in kinds) == ("RoleBinding" in kinds)
     headless = [s for s in by_kind(manifests, "Service") if s["spec"].get("clusterIP") == "None"]
     assert enabled == bool(headless)
-    deployment = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    deployment = driver_deployment(manifests)["spec"]["template"]["spec"]
     assert enabled == deployment["automountServiceAccountToken"]
     assert enabled == (executor_pod_template(manifests) is not None)
-    config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
+    config = driver_settings(manifests)
     master = config["data"]["INGEST_SPARK_MASTER"]
     assert master.startswith("k8s://") if enabled else "local[*]" == master
     assert "ClusterRole" not in kinds, "executors need namespace rights only"
@@ -375,7 +410,7 @@ def test_executor_rbac_and_driver_service_exist_only_with_executors(
 
 def test_executor_wiring_points_spark_at_the_driver_service_and_rbac_subject() -> None:
     manifests = render(str(REPO / "helm/ci/k8s-executors-values.yaml"), False)
-    config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
+    config = driver_settings(manifests)
     data = config["data"]
     (headless,) = [s for s in by_kind(manifests, "Service") if s["spec"].get("clusterIP") == "None"]
     assert f"{headless['metadata']['name']}.{NAMESPACE}.svc" == data["INGEST_SPARK_DRIVER_HOST"]
@@ -386,7 +421,7 @@ def test_executor_wiring_points_spark_at_the_driver_service_and_rbac_subject() -
     service_account = one(manifests, "ServiceAccount")["metadata"]["name"]
     assert service_account == binding["subjects"][0]["name"]
     assert service_account == data["INGEST_SPARK_KUBERNETES_SERVICE_ACCOUNT"]
-    deployment = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    deployment = driver_deployment(manifests)["spec"]["template"]["spec"]
     driver = deployment["containers"][0]
     assert service_account == deployment["serviceAccountName"]
     extra = next(e for e in driver["env"] if e["name"] == "INGEST_SPARK_EXTRA_CONF")
@@ -461,7 +496,7 @@ def test_executors_read_the_auth_key_and_the_kafka_tls_files_where_the_driver_do
     assert template is not None
     conf = spark_conf(manifests)
     key_file = Path(conf["spark.authenticate.secret.file"])
-    config = next(m for m in by_kind(manifests, "ConfigMap") if "INGEST_STORAGE_ROOT" in m["data"])
+    config = driver_settings(manifests)
     ca_file = Path(config["data"]["INGEST_KAFKA_SSL_CA_LOCATION"])
     client_file = Path(config["data"]["INGEST_KAFKA_SSL_KEYSTORE_LOCATION"])
     expected = {
@@ -533,7 +568,7 @@ def test_network_policies_only_on_request(values: str | None, api: bool) -> None
 def test_network_policies_admit_the_scraper_and_the_release_pods_only() -> None:
     manifests = render(EXECUTORS_VALUES, False)
     policies = network_policies(manifests)
-    assert {"driver", "executor"} == set(policies)
+    assert {"driver", "executor", "toolbox"} == set(policies)
     driver = driver_pod(manifests)
     template = executor_pod_template(manifests)
     assert template is not None
@@ -566,6 +601,14 @@ def test_network_policies_admit_the_scraper_and_the_release_pods_only() -> None:
     assert any(selects(p, executor_labels) for p in peers)
     assert all(set(peer) == {"podSelector"} for peer in rule["from"]), "this namespace only"
 
+    spec = policies["toolbox"]
+    toolbox_labels = toolbox_deployment(manifests)["spec"]["template"]["metadata"]["labels"]
+    assert selects(spec["podSelector"], toolbox_labels)
+    assert not selects(spec["podSelector"], driver_labels)
+    assert [] == spec["ingress"], "kubectl exec only"
+    for other in ("driver", "executor"):
+        assert not selects(policies[other]["podSelector"], toolbox_labels)
+
     dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
     for component, spec in policies.items():
         assert dns in spec["egress"], component
@@ -586,8 +629,9 @@ def test_network_policy_without_executors_opens_the_ui_only_to_named_peers(versi
         "networkPolicy.sparkUiFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=ops",
     )
     policies = network_policies(manifests)
-    assert {"driver"} == set(policies)
-    kubernetes_validate.validate(one(manifests, "NetworkPolicy"), version, strict=True)
+    assert {"driver", "toolbox"} == set(policies)
+    for policy in by_kind(manifests, "NetworkPolicy"):
+        kubernetes_validate.validate(policy, version, strict=True)
     ingress = {
         tuple(p["port"] for p in r["ports"]): r["from"] for r in policies["driver"]["ingress"]
     }
@@ -728,14 +772,14 @@ def test_another_namespace_neither_hides_an_outage_nor_raises_alerts(tmp_path: P
         "exp_labels": {"severity": "critical", "job": RELEASE_JOB, "namespace": NAMESPACE},
         "exp_annotations": {
             "summary": "lakehouse-ingest is down: no driver exports query metrics",
-            "description": f"No driver of job {RELEASE_JOB} in namespace {NAMESPACE} has"
-            " exported query metrics for 2 minutes: every query is down. Nothing is ingested"
-            " from Kafka until it runs again.",
+            "description": f"No driver of job {RELEASE_JOB} in namespace {NAMESPACE} exports"
+            " query metrics: every query is down. Nothing is ingested from Kafka until it runs"
+            " again.",
             "runbook_url": f"{base}/QueryDown.md",
         },
     }
     cases = [
-        {"eval_time": "5m", "alertname": "QueryDown", "exp_alerts": [down]},
+        {"eval_time": "6m", "alertname": "QueryDown", "exp_alerts": [down]},
         {"eval_time": "15m", "alertname": "KafkaLagHigh", "exp_alerts": []},
     ]
     run_alert_tests(
@@ -774,6 +818,63 @@ def test_alert_thresholds_job_and_runbook_base_url_come_from_values() -> None:
         for body in m["data"].values()
     ]
     assert [base] == [link["url"] for link in dashboard["links"] if link["title"] == "Runbooks"]
+
+
+def test_alerts_can_be_relabelled_retimed_and_switched_off_per_alert() -> None:
+    default = alert_rules(render(None, True))
+    manifests = render(
+        None,
+        True,
+        "monitoring.alerts.labels.team=data-platform",
+        "monitoring.alerts.rules.NoProgress.for=17m",
+        "monitoring.alerts.rules.NoProgress.labels.severity=warning",
+        "monitoring.alerts.rules.KafkaLagGrowing.enabled=false",
+        "monitoring.alerts.rules.KafkaLagHigh.enabled=true",
+    )
+    rules = alert_rules(manifests)
+    assert set(default) - {"KafkaLagGrowing"} == set(rules)
+    assert "17m" == rules["NoProgress"]["for"]
+    assert {"severity": "warning", "team": "data-platform"} == rules["NoProgress"]["labels"]
+    for name, rule in rules.items():
+        assert "data-platform" == rule["labels"]["team"], name
+        if name != "NoProgress":
+            assert default[name].get("for") == rule.get("for"), name
+            assert default[name]["labels"]["severity"] == rule["labels"]["severity"], name
+    # The PrometheusRule object's own labels (the Prometheus selector's) are separate.
+    assert "team" not in one(manifests, "PrometheusRule")["metadata"]["labels"]
+
+
+def test_an_override_of_an_alert_that_does_not_exist_fails_the_render() -> None:
+    result = template(None, True, "monitoring.alerts.rules.QueryDwn.enabled=false")
+    assert 0 != result.returncode
+    assert "monitoring.alerts.rules.QueryDwn: no such alert" in result.stderr, result.stderr
+
+
+def duration_seconds(text: str) -> int:
+    """A one-unit Prometheus duration ("90s", "5m") in seconds."""
+    number, unit = re.fullmatch(r"(\d+)([smh])", text).groups()  # type: ignore[union-attr]
+    return int(number) * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def test_query_down_waits_out_the_drivers_start_up_budget() -> None:
+    """A driver exports nothing while its JVM starts: QueryDown must not fire within the
+    start-up budget the startupProbe gives it (periodSeconds times failureThreshold)."""
+    for settings in [(), ("probes.startup.failureThreshold=180",)]:
+        manifests = render(None, True, *settings)
+        probe = driver_pod(manifests)["spec"]["containers"][0]["startupProbe"]
+        budget = probe["periodSeconds"] * probe["failureThreshold"]
+        query_down = alert_rules(manifests)["QueryDown"]
+        assert duration_seconds(query_down["for"]) >= budget, settings
+    # The default budget is the rules file's own `for` (5 minutes): they agree.
+    source = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    (file_rule,) = [r for r in source if r.get("alert") == "QueryDown"]
+    probes = chart_values()["probes"]["startup"]
+    assert probes["periodSeconds"] * probes["failureThreshold"] == duration_seconds(
+        file_rule["for"]
+    )
+    # An explicit override wins.
+    rules = alert_rules(render(None, True, "monitoring.alerts.rules.QueryDown.for=2m"))
+    assert "2m" == rules["QueryDown"]["for"]
 
 
 def test_chart_defaults_render_the_alerts_of_the_rules_file_for_the_release() -> None:
@@ -895,23 +996,296 @@ def test_values_schema_rejects_credentials_and_latest() -> None:
         assert "values don't meet the specifications of the schema" in result.stderr, args
 
 
-def test_runbook_commands_name_the_charts_resources() -> None:
-    """Every kubectl command of the runbooks names the namespace and the release's
-    Deployment, pods and container as the chart renders them (release "ops")."""
-    readme = (REPO / "docs/runbooks/README.md").read_text()
-    names = dict(re.findall(r"^(NS|DEPLOY|PODS)=(\S+)", readme, re.M))
-    assert {"NS", "DEPLOY", "PODS"} == set(names)
+@pytest.mark.parametrize(
+    ("flags", "where"),
+    [
+        (["--set", "replicaCount=2"], "/replicaCount"),
+        (["--set", "replicaCount=-1"], "/replicaCount"),
+        (["--set", "toolbox.replicaCount=2"], "/toolbox/replicaCount"),
+        (
+            ["--set", "extraEnv[0].name=AWS_SECRET_ACCESS_KEY", "--set", "extraEnv[0].value=x"],
+            "/extraEnv/0",
+        ),
+        (["--set", "monitoring.alerts.rules.QueryDown.for=soon"], "/monitoring/alerts/rules"),
+    ],
+)
+def test_values_schema_keeps_one_driver_and_credentials_out_of_extra_env(
+    flags: list[str], where: str
+) -> None:
+    command = [helm(), "template", "ingest", str(CHART), "--kube-version", RENDER_KUBE_VERSION]
+    result = subprocess.run([*command, *flags], capture_output=True, text=True, check=False)
+    assert 0 != result.returncode, flags
+    assert "values don't meet the specifications of the schema" in result.stderr, flags
+    assert where in result.stderr, result.stderr
+
+
+def test_a_values_file_may_stop_the_driver_but_not_run_two(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("replicaCount: 2\n")
+    assert 0 != template(str(values), False).returncode
+    values.write_text("replicaCount: 0\n")
+    result = template(str(values), False)
+    assert 0 == result.returncode, result.stderr
+    manifests = tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    assert 0 == driver_deployment(manifests)["spec"]["replicas"]
+
+
+def quantity_bytes(quantity: str) -> float:
+    """A Kubernetes quantity such as 20Gi or 500M in bytes."""
+    number, unit = re.fullmatch(r"([0-9.]+)([KMGTPE]i?|k|m)?", quantity).groups()  # type: ignore[union-attr]
+    scale = {"": 1, "k": 1e3, "m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    scale |= {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    return float(number) * scale[unit or ""]
+
+
+@pytest.mark.parametrize(("values", "api"), CASES)
+def test_ephemeral_storage_requests_cover_the_size_limited_emptydirs(
+    values: str | None, api: bool
+) -> None:
+    manifests = render(values, api)
+    pods = [d["spec"]["template"] for d in by_kind(manifests, "Deployment")]
+    if (template := executor_pod_template(manifests)) is not None:
+        pods.append(template)
+        local_dirs = [
+            v for v in template["spec"]["volumes"] if v["name"].startswith("spark-local-dir-")
+        ]
+        assert local_dirs, "Spark's local dir on the executors is a size-limited emptyDir"
+        (container,) = template["spec"]["containers"]
+        mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        for volume in local_dirs:
+            assert volume["name"] in mounted
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        empty_dirs = [v["emptyDir"] for v in pod["spec"]["volumes"] if "emptyDir" in v]
+        assert all("sizeLimit" in e for e in empty_dirs), pod["metadata"]
+        on_disk = sum(
+            quantity_bytes(str(e["sizeLimit"])) for e in empty_dirs if not e.get("medium")
+        )
+        request = container["resources"]["requests"]["ephemeral-storage"]
+        assert quantity_bytes(str(request)) >= on_disk, pod["metadata"]
+
+
+def test_extra_env_and_volumes_reach_the_driver_the_toolbox_and_the_executors() -> None:
+    manifests = render(EXECUTORS_VALUES, False, *EXTRAS)
+    template = executor_pod_template(manifests)
+    assert template is not None
+    pods = [d["spec"]["template"] for d in by_kind(manifests, "Deployment")] + [template]
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert {"name": "AWS_CA_BUNDLE", "value": "/etc/s3-ca/ca.crt"} == env["AWS_CA_BUNDLE"]
+        assert {"secretKeyRef": {"name": "s3-token", "key": "token"}} == env["S3_TOKEN"][
+            "valueFrom"
+        ]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert {"name": "s3-ca", "configMap": {"name": "s3-ca"}} == volumes["s3-ca"]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert {"name": "s3-ca", "mountPath": "/etc/s3-ca", "readOnly": True} == mounts[
+            "/etc/s3-ca"
+        ]
+    for version in KUBERNETES_VERSIONS:
+        for manifest in [*by_kind(manifests, "Deployment"), template]:
+            kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def rendered_notes(tmp_path: Path, *settings: str) -> str:
+    """NOTES.txt as `helm install` prints it (with the monitoring API present), rendered
+    through a copy of the chart that includes it in a ConfigMap (`helm template` skips it)."""
+    chart = tmp_path / "lakehouse-ingest"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+            '  NOTES.txt: {{ include (print $.Template.BasePath "/NOTES.txt") . | quote }}\n'
+        )
+    result = template(
+        None, True, *settings, chart=chart, flags=("--show-only", "templates/zz-notes.yaml")
+    )
+    assert 0 == result.returncode, result.stderr
+    notes: str = yaml.safe_load(result.stdout)["data"]["NOTES.txt"]
+    return notes
+
+
+def test_notes_warn_while_the_runbook_base_url_is_the_placeholder(tmp_path: Path) -> None:
+    placeholder = chart_values()["monitoring"]["alerts"]["runbookBaseUrl"]
+    warning = "WARNING: monitoring.alerts.runbookBaseUrl is still the chart's placeholder"
+    notes = rendered_notes(tmp_path)
+    assert warning in notes
+    assert placeholder in notes
+    notes = rendered_notes(tmp_path, "monitoring.alerts.runbookBaseUrl=https://wiki.example.net/rb")
+    assert "runbookBaseUrl" not in notes
+    assert "toolbox" in notes
+    stopped = rendered_notes(tmp_path, "replicaCount=0")
+    assert "It is stopped: replicaCount=0" in stopped
+
+
+# What only a driver with Spark executors has: its cluster settings, the executors' pod
+# template and the key of Spark's authentication. The toolbox runs local[*] without them.
+CLUSTER_ONLY_SETTINGS = {
+    "INGEST_SPARK_DRIVER_HOST",
+    "INGEST_SPARK_DRIVER_BIND_ADDRESS",
+    "INGEST_SPARK_DRIVER_PORT",
+    "INGEST_SPARK_DRIVER_BLOCK_MANAGER_PORT",
+    "INGEST_SPARK_EXECUTOR_INSTANCES",
+    "INGEST_SPARK_EXECUTOR_CORES",
+    "INGEST_SPARK_EXECUTOR_MEMORY",
+    "INGEST_SPARK_KUBERNETES_CONTAINER_IMAGE",
+    "INGEST_SPARK_KUBERNETES_NAMESPACE",
+    "INGEST_SPARK_KUBERNETES_SERVICE_ACCOUNT",
+    "INGEST_SPARK_KUBERNETES_EXECUTOR_POD_TEMPLATE",
+}
+CLUSTER_ONLY_VOLUMES = {"spark-auth", "spark-executor"}
+EXTRAS = (
+    "extraEnv[0].name=AWS_CA_BUNDLE",
+    "extraEnv[0].value=/etc/s3-ca/ca.crt",
+    "extraEnv[1].name=S3_TOKEN",
+    "extraEnv[1].valueFrom.secretKeyRef.name=s3-token",
+    "extraEnv[1].valueFrom.secretKeyRef.key=token",
+    "extraVolumes[0].name=s3-ca",
+    "extraVolumes[0].configMap.name=s3-ca",
+    "extraVolumeMounts[0].name=s3-ca",
+    "extraVolumeMounts[0].mountPath=/etc/s3-ca",
+    "extraVolumeMounts[0].readOnly=true",
+)
+
+
+def toolbox_settings(manifests: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The ConfigMap the toolbox's container takes its settings from (envFrom)."""
+    (container,) = toolbox_deployment(manifests)["spec"]["template"]["spec"]["containers"]
+    (name,) = [e["configMapRef"]["name"] for e in container["envFrom"]]
+    (config_map,) = [m for m in by_kind(manifests, "ConfigMap") if m["metadata"]["name"] == name]
+    return config_map
+
+
+@pytest.mark.parametrize(
+    "values", [None, *map(str, CI_VALUES)], ids=lambda v: Path(v or "defaults").stem
+)
+def test_the_toolbox_has_the_drivers_settings_secrets_volumes_and_account_with_local_spark(
+    values: str | None,
+) -> None:
+    manifests = render(values, False, *EXTRAS)
+    driver = driver_deployment(manifests)["spec"]["template"]["spec"]
+    toolbox = toolbox_deployment(manifests)["spec"]["template"]["spec"]
+    (driver_container,) = driver["containers"]
+    (container,) = toolbox["containers"]
+    assert driver_container["image"] == container["image"]
+    assert driver["serviceAccountName"] == toolbox["serviceAccountName"]
+    assert toolbox["automountServiceAccountToken"] is False, "it creates no executor pods"
+    assert driver["securityContext"] == toolbox["securityContext"]
+    assert driver_container["securityContext"] == container["securityContext"]
+    assert driver_container["resources"] == container["resources"]
+    # Settings: the driver's, with Spark local[*] in the toolbox's own pod.
+    settings = driver_settings(manifests)["data"]
+    local = toolbox_settings(manifests)["data"]
+    assert "local[*]" == local["INGEST_SPARK_MASTER"]
+    expected = {k: v for k, v in settings.items() if k not in CLUSTER_ONLY_SETTINGS}
+    assert {**expected, "INGEST_SPARK_MASTER": "local[*]"} == local
+    # Secrets and extraEnv: the same references; Spark's settings without the cluster's.
+    env = {e["name"]: e for e in container["env"]}
+    driver_env = {e["name"]: e for e in driver_container["env"]}
+    assert {"AWS_CA_BUNDLE", "S3_TOKEN"} <= set(env)
+    conf = json.loads(env.pop("INGEST_SPARK_EXTRA_CONF")["value"])
+    assert {"spark.ui.killEnabled": "false"} == conf
+    driver_env.pop("INGEST_SPARK_EXTRA_CONF")
+    driver_env.pop("POD_NAME", None)  # names the executors' owner
+    assert driver_env == env
+    # Volumes: the same Secrets, scratch and extras at the same paths.
+    volumes = {v["name"]: v for v in toolbox["volumes"]}
+    driver_volumes = {
+        v["name"]: v for v in driver["volumes"] if v["name"] not in CLUSTER_ONLY_VOLUMES
+    }
+    assert driver_volumes == volumes
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    driver_mounts = {
+        m["mountPath"]: m
+        for m in driver_container["volumeMounts"]
+        if m["name"] not in CLUSTER_ONLY_VOLUMES
+    }
+    assert driver_mounts == mounts
+    assert "/etc/s3-ca" in mounts
+    # The same Settings the toolbox's commands build are valid, and local.
+    read = Settings(
+        **{
+            field: local[env_name(field)]
+            for field in Settings.model_fields
+            if env_name(field) in local
+        },
+        kafka_sasl_username="from-secret",
+        kafka_sasl_password=SecretStr("from-secret"),
+    )
+    assert "local[*]" == read.spark_master
+    assert read.spark_driver_host is None
+
+
+def test_the_toolbox_sleeps_under_tini_without_probes_ports_or_pods_by_default() -> None:
     manifests = render(None, False)
-    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    deployment = toolbox_deployment(manifests)
+    assert 0 == deployment["spec"]["replicas"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert ["tini", "--", "sleep", "infinity"] == container["command"] + container["args"]
+    assert not {"ports", "startupProbe", "livenessProbe", "readinessProbe"} & set(container)
+    # Nothing routes to it or scrapes it: the driver's Service and ServiceMonitor select
+    # the driver only.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for service in by_kind(manifests, "Service"):
+        assert not selects({"matchLabels": service["spec"]["selector"]}, labels)
+    driver_selector = driver_deployment(manifests)["spec"]["selector"]
+    assert not selects(driver_selector, labels)
+    assert not selects(deployment["spec"]["selector"], driver_pod(manifests)["metadata"]["labels"])
+    started = render(None, False, "toolbox.replicaCount=1")
+    assert 1 == toolbox_deployment(started)["spec"]["replicas"]
+    assert [] == by_kind(render(None, False, "toolbox.enabled=false"), "Deployment")[1:]
+
+
+def runbook_names(release: str) -> dict[str, str]:
+    """The variables docs/runbooks/README.md has operators set, for release ``release``."""
+    readme = (REPO / "docs/runbooks/README.md").read_text()
+    names = dict(re.findall(r"^(NS|RELEASE|DEPLOY|TOOLBOX|PODS|CHART)=(\S+)", readme, re.M))
+    assert {"NS", "RELEASE", "DEPLOY", "TOOLBOX", "PODS", "CHART"} == set(names)
+    return {name: value.replace("<release>", release) for name, value in names.items()}
+
+
+def label_selector(text: str) -> dict[str, Any]:
+    """A `-l` equality selector (a=b,c=d) as a matchLabels selector."""
+    return {"matchLabels": dict(pair.split("=") for pair in text.split(","))}
+
+
+def test_the_runbook_pod_selector_picks_the_driver_only() -> None:
+    """$PODS (`kubectl get/describe/wait pod -l "$PODS"`) matches the driver's pod and
+    neither the executors' (their pod template) nor the toolbox's."""
+    manifests = render(EXECUTORS_VALUES, False)
+    driver = driver_deployment(manifests)
+    release = driver["metadata"]["labels"]["app.kubernetes.io/instance"]
+    selector = label_selector(runbook_names(release)["PODS"])
+    template = executor_pod_template(manifests)
+    assert template is not None
+    assert selects(selector, driver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(selector, template["metadata"]["labels"])
+    toolbox = toolbox_deployment(manifests)
+    assert not selects(selector, toolbox["spec"]["template"]["metadata"]["labels"])
+    # The executor pods also carry the labels Spark adds; none of them is the component.
+    assert "executor" == template["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
+def test_runbook_commands_name_the_charts_resources() -> None:
+    """Every kubectl and helm command of the runbooks names the namespace and the
+    release's Deployments, pods and containers as the chart renders them."""
+    manifests = render(None, False)
+    deployment = driver_deployment(manifests)
+    toolbox = toolbox_deployment(manifests)
     release = deployment["metadata"]["labels"]["app.kubernetes.io/instance"]
-    deploy = names["DEPLOY"].replace("<release>", release)
-    assert f"deploy/{deployment['metadata']['name']}" == deploy
-    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    selector = names["PODS"].replace("<release>", release)
-    wanted = dict(pair.split("=") for pair in selector.split(","))
-    assert wanted.items() <= pod_labels.items()
-    containers = {c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]}
-    kubectl = [c for c in runbook_commands() if c.words[0] == "kubectl"]
+    names = runbook_names(release)
+    assert release == names["RELEASE"]
+    assert f"deploy/{deployment['metadata']['name']}" == names["DEPLOY"]
+    assert f"deploy/{toolbox['metadata']['name']}" == names["TOOLBOX"]
+    assert CHART == REPO / names["CHART"]
+    containers = {
+        c["name"]
+        for d in (deployment, toolbox)
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    commands = runbook_commands()
+    kubectl = [c for c in commands if c.words[0] == "kubectl"]
     assert len(kubectl) > 40
     for command in kubectl:
         words = (
@@ -925,5 +1299,77 @@ def test_runbook_commands_name_the_charts_resources() -> None:
         for flag in ("-c", "--container"):
             if flag in words:
                 assert words[words.index(flag) + 1] in containers, command.line
-        if "debug" in words:
-            assert "--container=driver" in words and "driver" in containers, command.line
+        # No copies of the driver's pod (kubectl debug --copy-to keeps its probes or loses
+        # its labels), no scaling by hand (Helm, Argo CD, Flux set replicas back).
+        assert not {"debug", "scale"} & set(words), command.line
+        if "exec" in words:
+            assert {"$DEPLOY", "$TOOLBOX"} & set(words), command.line
+    helm_commands = [c for c in commands if c.words[0] == "helm"]
+    assert helm_commands
+    for command in helm_commands:
+        assert ("-n", "$NS") == command.words[1:3], command.line
+        assert command.words[3] in {"upgrade", "history", "rollback"}, command.line
+        assert "$RELEASE" == command.words[4], command.line
+        if "upgrade" == command.words[3]:
+            assert ("$CHART", "--reuse-values") == command.words[5:7], command.line
+
+
+def test_the_runbooks_helm_upgrades_stop_the_driver_and_start_the_toolbox() -> None:
+    """Each `--set` of the runbooks' `helm upgrade` renders and does what the pages say."""
+    upgrades = {
+        tuple(w for w in c.words[7:] if w != "--set")
+        for c in runbook_commands()
+        if c.words[:4] == ("helm", "-n", "$NS", "upgrade")
+    }
+    replicas = set()
+    for settings in upgrades:
+        if any(s.startswith("config.") for s in settings):
+            continue  # a setting of the service: checked with the ConfigMap below
+        manifests = render(None, False, *settings)
+        replicas.add(
+            (
+                driver_deployment(manifests)["spec"]["replicas"],
+                toolbox_deployment(manifests)["spec"]["replicas"],
+            )
+        )
+    # Toolbox on; driver off (and toolbox on); back to normal.
+    assert {(1, 1), (0, 1), (1, 0)} <= replicas
+    for settings in upgrades:
+        for setting in settings:
+            if setting.startswith("config."):
+                data = driver_settings(render(None, False, setting))["data"]
+                key, _, value = setting.removeprefix("config.").partition("=")
+                assert value == data[key]
+
+
+# The pages whose driver may be restarting or stopped: every command they run in the
+# service's image runs in the toolbox, except asking the driver's own HTTP port.
+TOOLBOX_PAGES = {
+    "QueryDown.md",
+    "DriverRestarting.md",
+    "CheckpointMismatch.md",
+    "CheckpointCorrupt.md",
+    "KafkaOffsetsLost.md",
+    "FreshnessSLOBreached.md",
+    "StorageUnreachable.md",
+}
+
+
+def test_pages_of_a_stopped_or_restarting_driver_run_their_commands_in_the_toolbox() -> None:
+    commands = [c for c in runbook_commands() if c.page in TOOLBOX_PAGES and c.in_container]
+    assert {c.page for c in commands} == TOOLBOX_PAGES
+    for command in commands:
+        assert command.in_container is not None
+        asks_the_driver = any("localhost:8080" in word for word in command.in_container)
+        target = "$DEPLOY" if asks_the_driver else "$TOOLBOX"
+        assert target in command.words, f"{command.page}: {command.line}"
+    replay = [
+        c
+        for c in runbook_commands()
+        if c.in_container
+        and c.in_container[:2] == ("lakehouse-ingest", "replay-quarantine")
+        and "--dry-run" not in c.in_container
+    ]
+    assert replay
+    for command in replay:  # it takes the driver lease: the driver is stopped
+        assert "$TOOLBOX" in command.words, command.line

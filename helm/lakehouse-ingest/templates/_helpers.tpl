@@ -190,3 +190,114 @@ needs no rights on them.
     - port: 53
       protocol: TCP
 {{- end }}
+
+{{/* The container's env entries: secret references, Spark settings, then extraEnv. */}}
+{{- define "lakehouse-ingest.containerEnv" -}}
+{{- include "lakehouse-ingest.driverEnv" . }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volume mounts of the driver's (and the toolbox's) container. */}}
+{{- define "lakehouse-ingest.containerVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: scratch
+  mountPath: /var/lib/lakehouse-ingest
+{{- with include "lakehouse-ingest.secretVolumeMounts" . | trim }}
+{{ . }}
+{{- end }}
+{{- if .Values.spark.executors.enabled }}
+- name: spark-executor
+  mountPath: /etc/lakehouse-ingest/spark
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes of the driver's (and the toolbox's) pod. */}}
+{{- define "lakehouse-ingest.podVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmp.sizeLimit }}
+- name: scratch
+  emptyDir:
+    {{- with .Values.scratch.medium }}
+    medium: {{ . }}
+    {{- end }}
+    sizeLimit: {{ .Values.scratch.sizeLimit }}
+{{- with include "lakehouse-ingest.secretVolumes" . | trim }}
+{{ . }}
+{{- end }}
+{{- if .Values.spark.executors.enabled }}
+- name: spark-executor
+  configMap:
+    name: {{ include "lakehouse-ingest.fullname" . }}-executor
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Every non-secret setting of the service, as the INGEST_* / AWS_* variables it reads
+(the driver's ConfigMap; the toolbox's, rendered with executors off). */}}
+{{- define "lakehouse-ingest.settings" -}}
+INGEST_KAFKA_BOOTSTRAP_SERVERS: {{ .Values.kafka.bootstrapServers | quote }}
+INGEST_USERS_TOPIC: {{ .Values.kafka.usersTopic | quote }}
+INGEST_SENSORS_TOPIC: {{ .Values.kafka.sensorsTopic | quote }}
+INGEST_KAFKA_SECURITY_PROTOCOL: {{ .Values.kafka.securityProtocol | quote }}
+{{- with .Values.kafka.saslMechanism }}
+INGEST_KAFKA_SASL_MECHANISM: {{ . | quote }}
+{{- end }}
+{{- if .Values.kafka.caSecret }}
+INGEST_KAFKA_SSL_CA_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafkaCaDir" .) .Values.kafka.caKey | quote }}
+{{- end }}
+{{- if .Values.kafka.clientSecret }}
+INGEST_KAFKA_SSL_KEYSTORE_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafkaClientDir" .) .Values.kafka.clientKey | quote }}
+{{- end }}
+INGEST_STORAGE_ROOT: {{ .Values.storage.root | quote }}
+{{- with .Values.storage.checkpointRoot }}
+INGEST_CHECKPOINT_ROOT: {{ . | quote }}
+{{- end }}
+{{- with .Values.s3.endpoint }}
+AWS_ENDPOINT_URL: {{ . | quote }}
+{{- end }}
+AWS_REGION: {{ .Values.s3.region | quote }}
+INGEST_HTTP_PORT: {{ .Values.httpPort | quote }}
+INGEST_STOP_TIMEOUT_SECONDS: {{ .Values.stopTimeoutSeconds | quote }}
+INGEST_SPARK_DRIVER_MEMORY: {{ .Values.spark.driverMemory | quote }}
+INGEST_SPARK_UI_PORT: {{ .Values.spark.uiPort | quote }}
+INGEST_SPARK_LOCAL_DIR: "/var/lib/lakehouse-ingest/spark-local"
+{{- if .Values.spark.executors.enabled }}
+INGEST_SPARK_MASTER: {{ .Values.spark.executors.master | quote }}
+INGEST_SPARK_DRIVER_HOST: {{ printf "%s.%s.svc" (include "lakehouse-ingest.driverServiceName" .) .Release.Namespace | quote }}
+INGEST_SPARK_DRIVER_BIND_ADDRESS: "0.0.0.0"
+INGEST_SPARK_DRIVER_PORT: {{ .Values.spark.executors.driverPort | quote }}
+INGEST_SPARK_DRIVER_BLOCK_MANAGER_PORT: {{ .Values.spark.executors.blockManagerPort | quote }}
+INGEST_SPARK_EXECUTOR_INSTANCES: {{ .Values.spark.executors.instances | quote }}
+INGEST_SPARK_EXECUTOR_CORES: {{ .Values.spark.executors.cores | quote }}
+INGEST_SPARK_EXECUTOR_MEMORY: {{ .Values.spark.executors.memory | quote }}
+INGEST_SPARK_KUBERNETES_CONTAINER_IMAGE: {{ default (include "lakehouse-ingest.image" .) .Values.spark.executors.image | quote }}
+INGEST_SPARK_KUBERNETES_NAMESPACE: {{ .Release.Namespace | quote }}
+INGEST_SPARK_KUBERNETES_SERVICE_ACCOUNT: {{ include "lakehouse-ingest.serviceAccountName" . | quote }}
+INGEST_SPARK_KUBERNETES_EXECUTOR_POD_TEMPLATE: "/etc/lakehouse-ingest/spark/executor-pod-template.yaml"
+{{- else }}
+INGEST_SPARK_MASTER: "local[*]"
+{{- end }}
+{{- /* Numbers exactly as written: Helm reads a values file's numbers as floats, which
+toString would print as 1e+06; toJson prints 1000000, 10000000000 and 0.5. */}}
+{{- range $key, $value := .Values.config }}
+{{ $key }}: {{ kindIs "string" $value | ternary $value (toJson $value) | quote }}
+{{- end }}
+{{- end }}
+
+{{/* A Prometheus duration of one unit ("90s", "5m", "2h", "1d") in seconds; 0 otherwise. */}}
+{{- define "lakehouse-ingest.durationSeconds" -}}
+{{- $text := toString . }}
+{{- $number := regexFind "^[0-9]+" $text }}
+{{- $unit := get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) (trimPrefix $number $text) | default 0 }}
+{{- mul (int64 (default "0" $number)) (int64 $unit) }}
+{{- end }}
