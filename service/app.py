@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from service.checkpoints import BatchRanges
 from service.config import Settings
 from service.driver_view import DriverView, QueryNow
 from service.failures import query_failure
@@ -120,6 +121,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
     metrics.watch_readiness(readiness)
     server = serve_http(settings.http_port, registry, readiness, liveness, status)
     consumer = offsets_consumer(settings)
+    # The log's end (high watermark) tells a recreated topic from an open transaction.
+    log_ends = offsets_consumer(settings, "read_uncommitted")
     lag = LagPoller(
         [
             LaggedQuery(q.name, q.topic, checkpoint_location(settings, q.name))
@@ -149,8 +152,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 for q in ingest_queries(settings)
             ],
             ObjectFiles(settings),
-            lambda topics: broker_offsets(consumer, topics),
+            lambda topics: broker_offsets(log_ends, topics),
             settings.kafka_skip_lost_offsets,
+            lambda topics: broker_offsets(consumer, topics),
         )
         gold_names = {g.name for g in _gold(settings)}
         specs: list[QuerySpec] = [*ingest_queries(settings), *_gold(settings)]
@@ -194,8 +198,20 @@ def run(settings: Settings, available_now: bool = False) -> int:
             if stop_requested.is_set():  # stopped while starting: start nothing more
                 break
             maintenance = maintenance_for(spec, settings, specs, metrics.maintenance)
+            ranges = BatchRanges(
+                ObjectFiles(settings),
+                checkpoint_location(settings, spec.name),
+                spec.topic,
+                {lost.partition: lost.earliest for lost in skipped if lost.query == spec.name},
+            )
             writer = BatchWriter(
-                spec, settings, _record_batch(metrics), lease.fence, ingest_batches, maintenance
+                spec,
+                settings,
+                _record_batch(metrics),
+                lease.fence,
+                ingest_batches,
+                ranges,
+                maintenance,
             )
             stream = validated[spec.name].result()
             handle = start_ingest_query(spark, settings, spec, stream, writer, available_now)
@@ -228,6 +244,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             auditor.stop()
             lag.stop()
             consumer.close()
+            log_ends.close()
             lease.release()
             _shutdown_spark(spark)
         finally:

@@ -153,6 +153,10 @@ class Settings(BaseSettings):
     kafka_ssl_ca_location: str | None = None
     kafka_ssl_keystore_location: str | None = None
     kafka_starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Committed data only (Kafka's contract for transactional producers): an aborted
+    # transaction's records never reach a table, and the end a reader can reach is the
+    # last stable offset. read_uncommitted also reads open and aborted transactions.
+    kafka_isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     # Start past offsets the brokers no longer have (recorded in bronze/skipped_offsets)
     # instead of refusing to start (`service.lost_offsets`).
     kafka_skip_lost_offsets: bool = False

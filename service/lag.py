@@ -59,13 +59,19 @@ def partition_lag(
     return result
 
 
-def offsets_consumer(settings: Settings) -> Consumer:
-    """A librdkafka consumer that only asks for watermarks (joins no group, commits nothing)."""
+def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> Consumer:
+    """A librdkafka consumer that only asks for watermarks (joins no group, commits nothing).
+
+    Its end offsets follow ``isolation_level`` (default: the service's): for
+    ``read_committed`` the last stable offset, which a transaction left open holds back
+    until it ends, so lag counts only what the ingest queries can read.
+    """
     return Consumer(
         {
             **settings.kafka.librdkafka_config(),
             "group.id": "lakehouse-ingest-offsets",
             "enable.auto.commit": False,
+            "isolation.level": isolation_level or settings.kafka_isolation_level,
         }
     )
 

@@ -5,11 +5,16 @@ with the brokers' earliest and end offsets, per topic partition:
 
 - **expired**: the next offset is below the earliest one the broker keeps. Retention
   (or DeleteRecords) removed records that were never read.
-- **rewound**: the next offset is beyond the partition's end, or the partition is
-  gone. The topic was deleted and recreated (or truncated); its offsets start again
-  and would reuse coordinates bronze already holds.
+- **rewound**: the next offset is beyond the partition's end (its high watermark), or
+  the partition is gone. The topic was deleted and recreated (or truncated); its
+  offsets start again and would reuse coordinates bronze already holds.
+- **past the stable offset** (read_committed): the next offset lies beyond the last
+  stable offset but within the log: a transaction is still open there, and the
+  checkpoint read into it uncommitted (an earlier release, or read_uncommitted before).
+  Spark's source would fail on it as lost data; it resolves itself once the
+  transaction ends, so the start is refused (exit 3) with that said.
 
-Either refuses to start (exit 3, `KafkaOffsetsLostError`) with the topic, partition
+Any of them refuses to start (exit 3, `KafkaOffsetsLostError`) with the topic, partition
 and offsets (runbook KafkaOffsetsLost). With ``INGEST_KAFKA_SKIP_LOST_OFFSETS`` an
 expired range is skipped instead: one row per range in bronze/skipped_offsets (which
 reconcile accepts as a gap), a ``kafka_offsets_skipped`` log line, the
@@ -61,11 +66,23 @@ class LostOffsets:
     next_offset: int
     earliest: int
     end: int
+    # The last stable offset, when a read-committed reader's end is below ``end``.
+    stable: int | None = None
 
     @property
     def rewound(self) -> bool:
         """Whether the partition's offsets went back (the topic was recreated)."""
         return self.next_offset > self.end
+
+    @property
+    def past_stable(self) -> bool:
+        """Whether the next offset lies inside a transaction that is still open."""
+        return self.stable is not None and self.stable < self.next_offset <= self.end
+
+    @property
+    def refused(self) -> bool:
+        """Whether no setting lets the driver start past it."""
+        return self.rewound or self.past_stable
 
     @property
     def count(self) -> int:
@@ -75,6 +92,15 @@ class LostOffsets:
     def describe(self) -> str:
         """One sentence for the log and the exit message."""
         where = f"topic {self.topic} partition {self.partition}"
+        if self.past_stable:
+            return (
+                f"{where}: the checkpoint of {self.query} reads on from offset "
+                f"{self.next_offset}, past the last stable offset {self.stable}: a "
+                "transaction is still open there, and these offsets were read uncommitted "
+                "(by an earlier release, or with INGEST_KAFKA_ISOLATION_LEVEL=read_uncommitted)."
+                " Start again once it ends: the producer commits or aborts it, or the broker"
+                " aborts it after the producer's transaction.timeout.ms"
+            )
         if self.rewound:
             return (
                 f"{where}: the checkpoint of {self.query} reads on from offset "
@@ -93,14 +119,21 @@ def find_lost(
     query: CheckedQuery,
     next_offsets: Mapping[int, int],
     broker: Mapping[int, tuple[int, int]],
+    stable: Mapping[int, int] | None = None,
 ) -> list[LostOffsets]:
     """The partitions of ``query``'s topic whose checkpointed next offset the brokers
-    (``{partition: (earliest, end)}``) no longer have, by partition (pure)."""
+    (``{partition: (earliest, end)}``, ``end`` the high watermark) no longer have, or that
+    lies past the partition's last ``stable`` offset (read_committed), by partition (pure)."""
     lost = []
     for partition, next_offset in sorted(next_offsets.items()):
         earliest, end = broker.get(partition, (0, 0))
-        if next_offset < earliest or next_offset > end:
-            lost.append(LostOffsets(query.name, query.topic, partition, next_offset, earliest, end))
+        lso = (stable or {}).get(partition)
+        found = LostOffsets(
+            query.name, query.topic, partition, next_offset, earliest, end,
+            lso if lso is not None and lso < end else None,
+        )  # fmt: skip
+        if next_offset < earliest or found.rewound or found.past_stable:
+            lost.append(found)
     return lost
 
 
@@ -109,12 +142,15 @@ def check_lost_offsets(
     files: CheckpointFiles,
     broker_offsets: Callable[[list[str]], Mapping[str, Any]],
     skip: bool,
+    stable_offsets: Callable[[list[str]], Mapping[str, Any]] | None = None,
 ) -> list[LostOffsets]:
     """The expired ranges to skip (empty when nothing is lost); raise
     `KafkaOffsetsLostError` for any loss ``skip`` does not cover.
 
-    A checkpoint with no committed batch has nothing to lose. Brokers that cannot be
-    asked leave the check to Spark's source, which fails on lost offsets itself.
+    ``broker_offsets`` gives each partition's (earliest, high watermark),
+    ``stable_offsets`` (read_committed) its (earliest, last stable offset). A checkpoint
+    with no committed batch has nothing to lose. Brokers that cannot be asked leave the
+    check to Spark's source, which fails on lost offsets itself.
     """
     committed = {
         q: read_checkpoint(files, q.checkpoint).kafka_offsets.get(q.topic) for q in queries
@@ -122,21 +158,24 @@ def check_lost_offsets(
     asked = [q for q, offsets in committed.items() if offsets]
     if not asked:
         return []
-    offsets = broker_offsets(sorted({q.topic for q in asked}))
-    if "_error" in offsets:
-        log.warning("kafka_offsets_unchecked", error=offsets["_error"])
+    topics = sorted({q.topic for q in asked})
+    offsets = broker_offsets(topics)
+    stable = stable_offsets(topics) if stable_offsets is not None else {}
+    if "_error" in offsets or "_error" in stable:
+        log.warning("kafka_offsets_unchecked", error=offsets.get("_error", stable.get("_error")))
         return []
     lost = []
     for query in asked:
         by_partition = offsets.get(query.topic) or {}
         if not by_partition:  # the topic is gone: Spark's source reports it
             continue
-        lost += find_lost(query, committed[query] or {}, by_partition)
-    refused = [lost_range for lost_range in lost if lost_range.rewound or not skip]
+        ends = {p: high for p, (_, high) in (stable.get(query.topic) or {}).items()}
+        lost += find_lost(query, committed[query] or {}, by_partition, ends)
+    refused = [lost_range for lost_range in lost if lost_range.refused or not skip]
     if refused:
         hint = (
             ""
-            if any(r.rewound for r in refused)
+            if any(r.refused for r in refused)
             else f" To start past them, set {SKIP_SETTING}=true: the ranges are recorded in"
             f" {SKIPPED_OFFSETS_TABLE.name}."
         )

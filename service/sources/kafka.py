@@ -38,6 +38,10 @@ def source_options(settings: Settings, topic: str, skip_lost: bool = False) -> d
         "maxRecordsPerPartition": str(settings.kafka_max_records_per_task),
         "includeHeaders": "true",
         "kafka.fetch.max.wait.ms": str(_FETCH_MAX_WAIT_MS),
+        # Committed data only (the Java client reads uncommitted data by default): the
+        # source then plans up to the last stable offset, and the offsets of transaction
+        # markers and aborted records it skips are recorded per batch (`offset_gaps`).
+        "kafka.isolation.level": settings.kafka_isolation_level,
         # Offsets that vanished (retention, topic recreated) must stop the query loudly.
         "failOnDataLoss": str(not skip_lost).lower(),
     }
