@@ -89,6 +89,54 @@ def read_checkpoint(files: CheckpointFiles, uri: str) -> CheckpointState:
     )
 
 
+def batch_end_offsets(files: CheckpointFiles, uri: str, batch_id: int) -> dict[str, dict[int, int]]:
+    """Where batch ``batch_id`` of the checkpoint at ``uri`` ends (exclusive), per topic and
+    partition: its ``offsets/`` entry, which Spark writes before the batch runs."""
+    return _kafka_offsets(_log_entry(files, f"{uri}/offsets/{batch_id}")[2:])
+
+
+def batch_start_offsets(
+    files: CheckpointFiles, uri: str, batch_id: int
+) -> dict[str, dict[int, int]]:
+    """Where batch ``batch_id`` starts: the previous batch's end, or for batch 0 the Kafka
+    source's initial offsets (a partition new since the previous batch is absent)."""
+    if batch_id > 0:
+        return batch_end_offsets(files, uri, batch_id - 1)
+    # Spark's Kafka source records its resolved starting offsets there, behind a NUL
+    # byte and a version line (KafkaSourceInitialOffsetWriter).
+    initial = files.read_text(f"{uri}/sources/0/0")
+    lines = initial.lstrip("\x00").splitlines() if initial is not None else []
+    return _kafka_offsets(lines[1:]) if lines[:1] == ["v1"] else {}
+
+
+class BatchRanges:
+    """The offsets of one topic each batch of an ingest query covers, from its checkpoint.
+
+    A batch starts where the previous one ended, so in a run of batches one file is
+    read per batch. ``floors`` raise the start of partitions whose first offsets were
+    skipped at this start (`service.lost_offsets`): those are recorded as skipped.
+    """
+
+    def __init__(
+        self, files: CheckpointFiles, uri: str, topic: str, floors: Mapping[int, int]
+    ) -> None:
+        self._files = files
+        self._uri = uri
+        self._topic = topic
+        self._floors = dict(floors)
+        self._last: tuple[int, dict[int, int]] | None = None
+
+    def of(self, batch_id: int) -> tuple[dict[int, int], dict[int, int]]:
+        """(start, end) offsets per partition of batch ``batch_id``."""
+        if self._last is not None and self._last[0] == batch_id - 1:
+            start = self._last[1]
+        else:
+            start = batch_start_offsets(self._files, self._uri, batch_id).get(self._topic, {})
+        end = batch_end_offsets(self._files, self._uri, batch_id).get(self._topic, {})
+        self._last = (batch_id, end)
+        return {p: max(o, self._floors.get(p, o)) for p, o in start.items()}, end
+
+
 def checkpoint_plan(files: PlanFiles, uri: str, current: int) -> int:
     """The plan version (1 to ``current``) the stateful query checkpointed at ``uri`` runs.
 

@@ -19,7 +19,7 @@ when the batch has rows for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from service.checkpoints import BatchRanges
 from service.config import Settings
 from service.maintenance import TableMaintenance
 from service.profile import BatchProfile
@@ -43,6 +44,7 @@ from service.sources.kafka import read_topic
 from service.tables import (
     BRONZE_SENSORS,
     BRONZE_USERS,
+    OFFSET_GAPS_TABLE,
     QUARANTINE_TABLE,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
@@ -51,6 +53,7 @@ from service.tables import (
 )
 from service.transforms.bronze import TEXT_VIEWS, to_records, with_text_views
 from service.transforms.dedup import find_duplicates, without_duplicates
+from service.transforms.offset_gaps import PartitionRead, edge_gaps, inner_gaps, to_offset_gaps
 from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
 from service.transforms.users import latest_user_changes, parse_user_changes
 from service.transforms.validation import split_valid_invalid, to_quarantine
@@ -70,8 +73,14 @@ class IngestQuery:
     def tables(self) -> tuple[Table, ...]:
         """Every table this query writes."""
         if self.kind == "users":
-            return (BRONZE_USERS, QUARANTINE_TABLE, USERS)
-        return (BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS, SENSOR_DUPLICATES_TABLE)
+            return (BRONZE_USERS, QUARANTINE_TABLE, USERS, OFFSET_GAPS_TABLE)
+        return (
+            BRONZE_SENSORS,
+            QUARANTINE_TABLE,
+            SENSOR_READINGS,
+            SENSOR_DUPLICATES_TABLE,
+            OFFSET_GAPS_TABLE,
+        )
 
     def validate(self, records: DataFrame, settings: Settings) -> DataFrame:
         """`to_records` rows with their ``error_code``/``error_detail`` and parsed payload."""
@@ -100,6 +109,8 @@ class BatchOutcome:
     quarantined: dict[str, int] = field(default_factory=dict)
     rows_written: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    # Offsets of the batch's range no record was read at (bronze/offset_gaps).
+    offsets_without_record: int = 0
 
 
 class BatchWriter(QueryWriter):
@@ -112,6 +123,7 @@ class BatchWriter(QueryWriter):
         on_batch: Callable[[str, BatchOutcome], None],
         fence: Callable[[], None],
         ingest: IngestBatches,
+        ranges: BatchRanges,
         maintenance: TableMaintenance | None = None,
     ) -> None:
         super().__init__(query.name, fence, maintenance)
@@ -119,6 +131,7 @@ class BatchWriter(QueryWriter):
         self.settings = settings
         self.on_batch = on_batch
         self._ingest = ingest
+        self._ranges = ranges
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
@@ -137,12 +150,14 @@ class BatchWriter(QueryWriter):
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(parsed)
+                    start, end = self._ranges.of(batch_id)
                 written = Written(app_id, batch_id, stamp, profile, self.fence, self._workers)
+                gaps = _offset_gaps(parsed, summary, start, end, self.query, written)
                 if self.query.kind == "users":
-                    outcome = _write_users(parsed, summary, self.settings, written)
+                    outcome = _write_users(parsed, summary, self.settings, written, gaps)
                 else:
                     outcome = _write_sensors(
-                        parsed, summary, self.settings, written, self._silver, self._recent
+                        parsed, summary, self.settings, written, gaps, self._silver, self._recent
                     )
             finally:
                 parsed.unpersist()
@@ -155,18 +170,21 @@ class BatchWriter(QueryWriter):
                 quarantined=sum(outcome.quarantined.values()),
                 duplicates=outcome.duplicates,
                 rows_out=outcome.rows_written,
+                offsets_without_record=outcome.offsets_without_record,
                 **profile.summary(),
             )
 
 
 @dataclass(frozen=True)
 class BatchSummary:
-    """Counts and arrival-time bounds (UTC) of a parsed batch, from one aggregation job."""
+    """Counts, arrival-time bounds (UTC) and offsets read per partition of a parsed batch,
+    from one aggregation job."""
 
     rows_in: int
     quarantined: dict[str, int]
     first_arrival: datetime | None
     last_arrival: datetime | None
+    partitions: dict[int, PartitionRead] = field(default_factory=dict)
 
     @property
     def valid(self) -> int:
@@ -175,24 +193,72 @@ class BatchSummary:
 
 
 def summarize(parsed: DataFrame) -> BatchSummary:
-    """Rows in, rejected rows per error code and the arrival bounds, in one pass (it caches)."""
+    """Rows in, rejected rows per error code, the arrival bounds and the offsets read per
+    partition, in one pass (it caches)."""
     groups = (
-        parsed.groupBy("error_code")
+        parsed.groupBy("kafka_partition", "error_code")
         .agg(
             F.count(F.lit(1)).alias("rows"),
             F.unix_micros(F.min("kafka_timestamp")).alias("first"),
             F.unix_micros(F.max("kafka_timestamp")).alias("last"),
+            F.min("kafka_offset").alias("first_offset"),
+            F.max("kafka_offset").alias("last_offset"),
         )
         .collect()
     )
     firsts = [g["first"] for g in groups if g["first"] is not None]
     lasts = [g["last"] for g in groups if g["last"] is not None]
+    quarantined: dict[str, int] = {}
+    partitions: dict[int, PartitionRead] = {}
+    for g in groups:
+        if g["error_code"]:
+            quarantined[g["error_code"]] = quarantined.get(g["error_code"], 0) + int(g["rows"])
+        seen = partitions.get(g["kafka_partition"])
+        partitions[g["kafka_partition"]] = PartitionRead(
+            rows=int(g["rows"]) + (seen.rows if seen else 0),
+            first=min(g["first_offset"], seen.first) if seen else g["first_offset"],
+            last=max(g["last_offset"], seen.last) if seen else g["last_offset"],
+        )
     return BatchSummary(
         rows_in=sum(int(g["rows"]) for g in groups),
-        quarantined={g["error_code"]: int(g["rows"]) for g in groups if g["error_code"]},
+        quarantined=quarantined,
         first_arrival=utc_from_micros(min(firsts)) if firsts else None,
         last_arrival=utc_from_micros(max(lasts)) if lasts else None,
+        partitions=partitions,
     )
+
+
+@dataclass(frozen=True)
+class OffsetGaps:
+    """The offsets of a batch's range no record was read at: how many, in how many ranges
+    (rows of bronze/offset_gaps), and those rows."""
+
+    offsets: int = 0
+    ranges: int = 0
+    rows: DataFrame | None = None
+
+
+def _offset_gaps(
+    parsed: DataFrame,
+    summary: BatchSummary,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    query: IngestQuery,
+    written: Written,
+) -> OffsetGaps:
+    """The batch's gaps (`service.transforms.offset_gaps`): none, and no Spark job, when
+    every partition read one record per offset of its range."""
+    edges, inner = edge_gaps(start, end, summary.partitions)
+    if not edges and not inner:
+        return OffsetGaps()
+    inner_rows = inner_gaps(parsed, inner) if inner else None
+    rows = to_offset_gaps(
+        parsed.sparkSession, edges, inner_rows, query.topic, query.name, written.batch_id,
+        written.stamp,
+    ).persist()  # fmt: skip
+    counts = rows.agg(F.sum("offsets").alias("offsets"), F.count(F.lit(1)).alias("ranges"))
+    total = counts.collect()[0]
+    return OffsetGaps(int(total["offsets"] or 0), int(total["ranges"]), rows)
 
 
 @dataclass(frozen=True)
@@ -224,7 +290,11 @@ class Written:
 
 
 def _write_users(
-    parsed: DataFrame, summary: BatchSummary, settings: Settings, written: Written
+    parsed: DataFrame,
+    summary: BatchSummary,
+    settings: Settings,
+    written: Written,
+    gaps: OffsetGaps,
 ) -> BatchOutcome:
     valid, invalid = split_valid_invalid(parsed)
 
@@ -238,7 +308,7 @@ def _write_users(
                 written.batch_id,
             )
 
-    writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_USERS, settings, written)
+    writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_USERS, settings, written, gaps)
     if summary.valid:
         writes.append(merge_users)
     written.together(writes)
@@ -249,7 +319,9 @@ def _write_users(
             BRONZE_USERS.name: summary.rows_in,
             QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
             USERS.name: summary.valid,
+            OFFSET_GAPS_TABLE.name: gaps.ranges,
         },
+        offsets_without_record=gaps.offsets,
     )
 
 
@@ -258,6 +330,7 @@ def _write_sensors(
     summary: BatchSummary,
     settings: Settings,
     written: Written,
+    gaps: OffsetGaps,
     silver: LiveFiles,
     recent: RecentIds,
 ) -> BatchOutcome:
@@ -298,7 +371,9 @@ def _write_sensors(
         silver.committed(commit)
         recent.committed(commit)
 
-    writes = _bronze_and_quarantine(parsed, invalid, summary, BRONZE_SENSORS, settings, written)
+    writes = _bronze_and_quarantine(
+        parsed, invalid, summary, BRONZE_SENSORS, settings, written, gaps
+    )
     if summary.valid:
         writes.append(dedup_and_write_silver)
     written.together(writes)
@@ -311,7 +386,9 @@ def _write_sensors(
             QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
             SENSOR_READINGS.name: summary.valid - duplicate_rows,
             SENSOR_DUPLICATES_TABLE.name: duplicate_rows,
+            OFFSET_GAPS_TABLE.name: gaps.ranges,
         },
+        offsets_without_record=gaps.offsets,
     )
 
 
@@ -322,16 +399,29 @@ def _bronze_and_quarantine(
     bronze_table: Table,
     settings: Settings,
     written: Written,
+    gaps: OffsetGaps,
 ) -> list[Callable[[], object]]:
-    """The writes of bronze (every batch) and quarantine (when rows were rejected).
+    """The writes of bronze (every batch), then its offset gaps (when the batch has some),
+    and quarantine (when rows were rejected).
 
     Bronze is the query's anchor table: it commits every batch, so its txn version
     proves which batches the tables hold (`service.checkpoints`). The other tables
     commit only when they receive rows: an empty commit would cost a Delta
-    transaction and prove nothing more.
+    transaction and prove nothing more. The gaps commit after bronze's: a replay of a
+    compacted topic may read fewer records than the run that wrote bronze, and its
+    larger gaps then only also cover offsets bronze holds.
     """
     bronze = with_text_views(parsed).select(*BRONZE.fieldNames())
-    writes: list[Callable[[], object]] = [lambda: written.append(bronze, bronze_table, settings)]
+
+    def write_bronze() -> None:
+        written.append(bronze, bronze_table, settings)
+        if gaps.rows is not None:
+            try:
+                written.append(gaps.rows, OFFSET_GAPS_TABLE, settings)
+            finally:
+                gaps.rows.unpersist()
+
+    writes: list[Callable[[], object]] = [write_bronze]
     if summary.quarantined:
         quarantine = to_quarantine(with_text_views(invalid), written.stamp)
         writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE, settings))

@@ -189,6 +189,24 @@ SKIPPED_OFFSETS = StructType(
     ]
 )
 
+# Offsets a batch's Kafka range covered that held no record a read-committed consumer
+# can read: transaction markers, aborted transactions' records, records the log cleaner
+# compacted away before they were read. ``first_offset``..``last_offset`` of one topic
+# partition, recorded by the ingest query whose ``batch_id`` covered them, so reconcile
+# tells such a gap in bronze from a lost record.
+OFFSET_GAPS = StructType(
+    [
+        StructField("kafka_topic", StringType(), nullable=False),
+        StructField("kafka_partition", IntegerType(), nullable=False),
+        StructField("first_offset", LongType(), nullable=False),
+        StructField("last_offset", LongType(), nullable=False),
+        StructField("offsets", LongType(), nullable=False),
+        StructField("query", StringType(), nullable=False),
+        StructField("batch_id", LongType(), nullable=False),
+        StructField("recorded_at", TimestampType(), nullable=False),
+    ]
+)
+
 # Readings dropped as duplicates (an audit of what silver/sensor_readings left out),
 # so that silver + quarantine + duplicates reconcile with bronze by Kafka coordinates.
 SENSOR_DUPLICATES = StructType(

@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from service.schemas import (
     BRONZE,
+    OFFSET_GAPS,
     QUARANTINE,
     QUARANTINE_REPLAYS,
     SENSOR_DUPLICATES,
@@ -53,6 +54,9 @@ class Table:
     properties: Mapping[str, str] = field(
         default_factory=lambda: _COMMON_PROPERTIES, hash=False, compare=False
     )
+    # A table a release added to a query that already ran: created at start when it is
+    # missing, even beside a checkpoint with committed batches (none of which wrote it).
+    added_later: bool = False
 
     def uri(self, storage_uri: str) -> str:
         """The table's location under ``storage_uri``."""
@@ -97,6 +101,7 @@ SENSOR_READINGS = Table(
 )
 SENSOR_DUPLICATES_TABLE = Table("silver/sensor_duplicates", SENSOR_DUPLICATES)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
+OFFSET_GAPS_TABLE = Table("bronze/offset_gaps", OFFSET_GAPS, added_later=True)
 
 # Gold tables are created by their query's first append, which sets their properties.
 # The two that get a row per reading or per join pair keep statistics on what their
@@ -126,6 +131,7 @@ ALL_TABLES = (
     SENSOR_DUPLICATES_TABLE,
     QUARANTINE_REPLAYS_TABLE,
     SKIPPED_OFFSETS_TABLE,
+    OFFSET_GAPS_TABLE,
     SENSOR_STATS_1M,
     HEART_RATE_5M,
     READINGS_ENRICHED,

@@ -6,6 +6,7 @@ import pytest
 
 from service.checkpoints import (
     PLAN_FILE,
+    BatchRanges,
     CheckpointState,
     app_id,
     checkpoint_plan,
@@ -197,3 +198,21 @@ def test_an_unreadable_or_unknown_plan_version_refuses_to_start(
     files = DictFiles({"cp/metadata": '{"id":"q-1"}', f"cp/{PLAN_FILE}": text})
     with pytest.raises(error, match=PLAN_FILE if error is CheckpointCorruptError else "1 to 2"):
         checkpoint_plan(files, "cp", 2)
+
+
+def test_a_batch_covers_the_previous_batch_end_to_its_own_or_the_initial_offsets() -> None:
+    files = spark_checkpoint() | {"cp/sources/0/0": '\x00v1\n{"sensors":{"0":2,"1":0}}'}
+    ranges = BatchRanges(DictFiles(files), "cp", "sensors", floors={})
+
+    assert ({0: 2, 1: 0}, {0: 5, 1: 7}) == ranges.of(0)
+    assert ({0: 5, 1: 7}, {0: 9, 1: 7}) == ranges.of(1)
+    del files["cp/offsets/1"]  # a run of batches reads only each batch's own end
+    assert ({0: 9, 1: 7}, {0: 12, 1: 8}) == ranges.of(2)
+
+
+def test_a_replayed_batch_starts_at_the_previous_end_and_a_floor_raises_a_start() -> None:
+    files = spark_checkpoint()
+    ranges = BatchRanges(DictFiles(files), "cp", "sensors", floors={0: 11})
+
+    assert ({0: 11, 1: 7}, {0: 12, 1: 8}) == ranges.of(2)
+    assert ({}, {0: 5, 1: 7}) == BatchRanges(DictFiles(files), "cp", "sensors", {}).of(0)
