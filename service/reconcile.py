@@ -4,8 +4,11 @@ Every check is a DataFusion SQL statement over the Delta tables (`service.lakevi
 by Kafka coordinates (topic, partition, offset) and set equality (DESIGN §3, §4):
 
 - bronze: per topic and partition, one row per offset, and the offsets contiguous
-  from the first present to the last (gaps reported as ranges). A topic written by
-  transactional producers has a one-offset gap at every commit marker;
+  from the first present to the last (gaps reported as ranges), but for the offsets
+  recorded as holding no record: those the ingest found no record at in a batch's
+  range (bronze/offset_gaps: transaction markers, aborted transactions' records,
+  records compacted away before they were read) and those skipped at a start
+  (bronze/skipped_offsets). A gap anywhere else is a record read and then lost;
 - sensors: every bronze/sensors record landed exactly once in silver/sensor_readings,
   silver/quarantine (the sensors topic) or silver/sensor_duplicates, and nothing
   landed there that bronze lacks;
@@ -47,6 +50,7 @@ from service.tables import (
     BRONZE_SENSORS,
     BRONZE_USERS,
     HEART_RATE_5M,
+    OFFSET_GAPS_TABLE,
     QUARANTINE_REPLAYS_TABLE,
     QUARANTINE_TABLE,
     READINGS_ENRICHED,
@@ -147,6 +151,8 @@ class PartitionOffsets:
     duplicate_rows: int
     gaps: list[OffsetRange]
     duplicates: list[OffsetRange]
+    # Absent offsets recorded as holding no record (offset gaps, skipped offsets).
+    without_record: int = 0
 
     @property
     def ok(self) -> bool:
@@ -230,13 +236,20 @@ class Reconciliation:
             "bronze: one row per offset, offsets contiguous per topic partition",
         ]
         lines += _columns(
-            ("TABLE", "TOPIC", "PARTITION", "FIRST", "LAST", "ROWS", "MISSING", "DUPLICATE"),
+            ("TABLE", "TOPIC", "PARTITION", "FIRST", "LAST", "ROWS", "NO RECORD", "MISSING",
+             "DUPLICATE"),
             [
                 (p.table, p.topic, str(p.partition), str(p.first_offset), str(p.last_offset),
-                 str(p.rows), str(p.missing_offsets), str(p.duplicate_rows))
+                 str(p.rows), str(p.without_record), str(p.missing_offsets),
+                 str(p.duplicate_rows))
                 for p in self.bronze
             ],
         )  # fmt: skip
+        if any(p.without_record for p in self.bronze):
+            lines.append(
+                "  NO RECORD: offsets no record was read at (transaction markers, aborted"
+                " transactions, compacted away; bronze/offset_gaps) or skipped at a start"
+            )
         if not self.bronze:
             lines.append("  (no bronze rows)")
         if self.skipped:
@@ -296,12 +309,10 @@ def reconcile(
         raise LakeRequestError(f"no table of the lake found under {reader.root}")
     checks = _LakeChecks({t: d for t, d in opened.items() if d is not None}, since, increments)
     skipped = checks.skipped_offsets()
-    bronze = [
-        *checks.bronze_offsets(BRONZE_USERS, bool(skipped)),
-        *checks.bronze_offsets(BRONZE_SENSORS, bool(skipped)),
-    ]
+    bronze = [*checks.bronze_offsets(BRONZE_USERS), *checks.bronze_offsets(BRONZE_SENSORS)]
     if increments is not None:
-        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS}, skipped)
+        recorded = checks.recorded_gaps(increments)
+        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS}, recorded)
     sensor_topics = _topics(bronze, BRONZE_SENSORS, settings.sensors_topic)
     user_topics = _topics(bronze, BRONZE_USERS, settings.users_topic)
     sensors = checks.coverage(
@@ -390,13 +401,44 @@ class _LakeChecks:
         )
         return _ranges(rows.to_pylist())
 
-    def bronze_offsets(self, table: Table, skipped: bool = False) -> list[PartitionOffsets]:
-        """Per topic partition of a bronze table: offsets present, gaps and duplicates
-        (with ``skipped``: less the gaps bronze/skipped_offsets covers)."""
+    def _recorded(self) -> str | None:
+        """A subquery of the offset ranges recorded as holding no record (topic, partition,
+        first and last offset), None when neither table exists."""
+        parts = [
+            "SELECT kafka_topic, kafka_partition, first_offset, last_offset FROM"
+            f" {self._sql_names[t]}"
+            for t in (SKIPPED_OFFSETS_TABLE, OFFSET_GAPS_TABLE)
+            if t in self.tables
+        ]
+        return f"({' UNION ALL '.join(parts)})" if parts else None
+
+    def recorded_gaps(self, increments: Increments) -> list[OffsetRange]:
+        """The recorded ranges that overlap ``increments``, merged where they touch."""
+        recorded = self._recorded()
+        if recorded is None:
+            return []
+        overlap = [
+            f"(kafka_topic = '{_sql_text(topic)}' AND kafka_partition = {partition}"
+            f" AND first_offset < {i.end} AND last_offset >= {i.start})"
+            for topic, partitions in sorted(increments.items())
+            for partition, i in sorted(partitions.items())
+            if i.end > i.start
+        ]
+        if not overlap:
+            return []
+        rows = self._run(
+            f"SELECT * FROM {recorded} AS r WHERE {' OR '.join(overlap)}"
+            " ORDER BY kafka_topic, kafka_partition, first_offset"
+        )
+        return merged(_ranges(rows.to_pylist()))
+
+    def bronze_offsets(self, table: Table) -> list[PartitionOffsets]:
+        """Per topic partition of a bronze table: offsets present, gaps and duplicates;
+        offsets recorded as holding no record are not gaps."""
         if table not in self.tables:
             return []
         source = self._source(table)
-        recorded = self._sql_names[SKIPPED_OFFSETS_TABLE] if skipped else None
+        recorded = self._recorded()
         summary = self._run(
             "SELECT kafka_topic, kafka_partition, MIN(kafka_offset) AS first_offset,"
             " MAX(kafka_offset) AS last_offset, COUNT(*) AS row_count,"
@@ -404,34 +446,31 @@ class _LakeChecks:
             " GROUP BY kafka_topic, kafka_partition ORDER BY kafka_topic, kafka_partition"
         ).to_pylist()
         gaps = _ranges(self._run(gaps_sql(source, MAX_RANGES + 1, recorded)).to_pylist())
-        missing = (
-            {
-                (r["kafka_topic"], r["kafka_partition"]): r["missing"]
-                for r in self._run(missing_sql(source, recorded)).to_pylist()
-            }
-            if recorded
-            else None
-        )
+        missing = {
+            (r["kafka_topic"], r["kafka_partition"]): r["missing"]
+            for r in self._run(missing_sql(source, recorded)).to_pylist()
+        }
         duplicates = _ranges(self._run(repeated_sql(source, MAX_RANGES + 1)).to_pylist())
-        return [
-            PartitionOffsets(
-                table=table.name,
-                topic=row["kafka_topic"],
-                partition=row["kafka_partition"],
-                first_offset=row["first_offset"],
-                last_offset=row["last_offset"],
-                rows=row["row_count"],
-                missing_offsets=(
-                    row["last_offset"] - row["first_offset"] + 1 - row["offsets"]
-                    if missing is None
-                    else missing.get((row["kafka_topic"], row["kafka_partition"]), 0)
-                ),
-                duplicate_rows=row["row_count"] - row["offsets"],
-                gaps=_of_partition(gaps, row),
-                duplicates=_of_partition(duplicates, row),
+        partitions = []
+        for row in summary:
+            absent = row["last_offset"] - row["first_offset"] + 1 - row["offsets"]
+            lost = missing.get((row["kafka_topic"], row["kafka_partition"]), 0)
+            partitions.append(
+                PartitionOffsets(
+                    table=table.name,
+                    topic=row["kafka_topic"],
+                    partition=row["kafka_partition"],
+                    first_offset=row["first_offset"],
+                    last_offset=row["last_offset"],
+                    rows=row["row_count"],
+                    missing_offsets=lost,
+                    duplicate_rows=row["row_count"] - row["offsets"],
+                    gaps=_of_partition(gaps, row),
+                    duplicates=_of_partition(duplicates, row),
+                    without_record=absent - lost,
+                )
             )
-            for row in summary
-        ]
+        return partitions
 
     def coverage(
         self,
@@ -529,23 +568,14 @@ def with_edges(
     partitions: Sequence[PartitionOffsets],
     increments: Increments,
     users: Mapping[str, Table],
-    skipped: Sequence[OffsetRange] = (),
+    recorded: Sequence[OffsetRange] = (),
 ) -> list[PartitionOffsets]:
     """``partitions`` (bronze within ``increments``) with the gaps at the edges of each
     increment added: before the first offset present when the start is expected, and a
     whole increment absent. (Offsets after the last one present are the next check's
     start.) ``users`` maps the users topic to its bronze table; other topics are sensors'.
-    A gap within a ``skipped`` range is not one."""
+    Offsets within a ``recorded`` range (holding no record) are not a gap."""
     found = {(p.topic, p.partition): p for p in partitions}
-
-    def recorded(gap: OffsetRange) -> bool:
-        return any(
-            (s.topic, s.partition) == (gap.topic, gap.partition)
-            and s.first <= gap.first
-            and gap.last <= s.last
-            for s in skipped
-        )
-
     result = []
     for topic, by_partition in sorted(increments.items()):
         table = users.get(topic, BRONZE_SENSORS).name
@@ -553,34 +583,72 @@ def with_edges(
             present = found.pop((topic, partition), None)
             if present is None:
                 if increment.expect_start and increment.end > increment.start:
-                    gap = OffsetRange(topic, partition, increment.start, increment.end - 1)
-                    if recorded(gap):
-                        continue
-                    result.append(
-                        PartitionOffsets(
-                            table, topic, partition, increment.start, increment.end - 1,
-                            0, gap.count, 0, [gap], [],
-                        )
-                    )  # fmt: skip
+                    whole = OffsetRange(topic, partition, increment.start, increment.end - 1)
+                    gaps = uncovered(whole, recorded)
+                    lost = sum(g.count for g in gaps)
+                    if gaps:
+                        result.append(
+                            PartitionOffsets(
+                                table, topic, partition, increment.start, increment.end - 1,
+                                0, lost, 0, gaps, [], whole.count - lost,
+                            )
+                        )  # fmt: skip
                 continue
             edge = OffsetRange(topic, partition, increment.start, present.first_offset - 1)
-            if increment.expect_start and edge.count > 0 and not recorded(edge):
+            if increment.expect_start and edge.count > 0:
+                gaps = uncovered(edge, recorded)
+                lost = sum(g.count for g in gaps)
                 present = replace(
                     present,
-                    missing_offsets=present.missing_offsets + edge.count,
-                    gaps=[edge, *present.gaps],
+                    missing_offsets=present.missing_offsets + lost,
+                    gaps=[*gaps, *present.gaps],
+                    without_record=present.without_record + edge.count - lost,
                 )
             result.append(present)
     return result + list(found.values())
 
 
+def merged(ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """``ranges`` with those of one topic partition that overlap or touch made one."""
+    result: list[OffsetRange] = []
+    for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.first)):
+        last = result[-1] if result else None
+        if (
+            last
+            and (last.topic, last.partition) == (r.topic, r.partition)
+            and (r.first <= last.last + 1)
+        ):
+            result[-1] = replace(last, last=max(last.last, r.last))
+        else:
+            result.append(OffsetRange(r.topic, r.partition, r.first, r.last))
+    return result
+
+
+def uncovered(gap: OffsetRange, recorded: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """The parts of ``gap`` no ``recorded`` range of its topic partition covers."""
+    parts = []
+    start = gap.first
+    for r in merged([r for r in recorded if (r.topic, r.partition) == (gap.topic, gap.partition)]):
+        if r.last < start or r.first > gap.last:
+            continue
+        if r.first > start:
+            parts.append(replace(gap, first=start, last=r.first - 1))
+        start = max(start, r.last + 1)
+    if start <= gap.last:
+        parts.append(replace(gap, first=start))
+    return parts
+
+
 def gaps_sql(source: str, limit: int, recorded: str | None = None) -> str:
     """Offsets absent between the first and the last present, per topic partition, as ranges
-    ``first_offset``..``last_offset`` (a SQL statement over ``source``'s coordinates), but
-    those within a range of the ``recorded`` table (bronze/skipped_offsets)."""
+    ``first_offset``..``last_offset`` (a SQL statement over ``source``'s coordinates), less
+    the ``recorded`` ranges (a subquery of offset ranges holding no record); at most
+    ``limit`` ranges per topic partition."""
     return (
-        f"SELECT * FROM ({_gaps(source, recorded)}) AS g"
-        f" ORDER BY kafka_topic, kafka_partition, first_offset LIMIT {limit}"
+        "SELECT kafka_topic, kafka_partition, first_offset, last_offset FROM ("
+        " SELECT *, ROW_NUMBER() OVER (PARTITION BY kafka_topic, kafka_partition"
+        f" ORDER BY first_offset) AS nth FROM ({_gaps(source, recorded)}) AS g) AS numbered"
+        f" WHERE nth <= {limit} ORDER BY kafka_topic, kafka_partition, first_offset"
     )
 
 
@@ -593,21 +661,32 @@ def missing_sql(source: str, recorded: str | None = None) -> str:
 
 
 def _gaps(source: str, recorded: str | None) -> str:
-    gaps = (
-        "SELECT kafka_topic, kafka_partition, previous + 1 AS first_offset,"
-        " kafka_offset - 1 AS last_offset FROM ("
-        " SELECT kafka_topic, kafka_partition, kafka_offset, LAG(kafka_offset) OVER"
-        " (PARTITION BY kafka_topic, kafka_partition ORDER BY kafka_offset) AS previous"
-        f" FROM (SELECT DISTINCT kafka_topic, kafka_partition, kafka_offset FROM {source} AS s)"
-        " AS present) AS ordered WHERE kafka_offset > previous + 1"
+    """The absent ranges: between each span of offsets present or recorded (clipped to the
+    present ones' bounds) and the furthest offset the spans before it reach."""
+    present = f"(SELECT DISTINCT kafka_topic, kafka_partition, kafka_offset FROM {source} AS s)"
+    spans = (
+        "SELECT kafka_topic, kafka_partition, kafka_offset AS first_offset,"
+        f" kafka_offset AS last_offset FROM {present} AS p"
     )
-    if recorded is None:
-        return gaps
+    if recorded is not None:
+        bounds = (
+            "SELECT kafka_topic, kafka_partition, MIN(kafka_offset) AS lo,"
+            f" MAX(kafka_offset) AS hi FROM {present} AS p GROUP BY kafka_topic, kafka_partition"
+        )
+        spans += (
+            " UNION ALL SELECT r.kafka_topic, r.kafka_partition,"
+            " GREATEST(r.first_offset, b.lo) AS first_offset,"
+            f" LEAST(r.last_offset, b.hi) AS last_offset FROM {recorded} AS r JOIN ({bounds})"
+            " AS b ON r.kafka_topic = b.kafka_topic AND r.kafka_partition = b.kafka_partition"
+            " AND r.first_offset <= b.hi AND r.last_offset >= b.lo"
+        )
     return (
-        f"SELECT a.kafka_topic, a.kafka_partition, a.first_offset, a.last_offset FROM ({gaps})"
-        f" AS a LEFT JOIN {recorded} AS r ON a.kafka_topic = r.kafka_topic"
-        " AND a.kafka_partition = r.kafka_partition AND r.first_offset <= a.first_offset"
-        " AND a.last_offset <= r.last_offset WHERE r.kafka_topic IS NULL"
+        "SELECT kafka_topic, kafka_partition, reach + 1 AS first_offset,"
+        " first_offset - 1 AS last_offset FROM ("
+        " SELECT kafka_topic, kafka_partition, first_offset, MAX(last_offset) OVER"
+        " (PARTITION BY kafka_topic, kafka_partition ORDER BY first_offset, last_offset"
+        " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach"
+        f" FROM ({spans}) AS spans) AS reached WHERE first_offset > reach + 1"
     )
 
 

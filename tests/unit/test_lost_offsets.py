@@ -86,6 +86,30 @@ def test_a_recreated_topic_is_refused_even_with_the_skip_setting() -> None:
     assert "docs/runbooks/KafkaOffsetsLost.md" in message
 
 
+def test_a_checkpoint_inside_an_open_transaction_is_refused_and_one_before_it_is_not() -> None:
+    """sensors/0's checkpoint reads on from 100; the log ends at 300 but a transaction open
+    since offset 90 holds the last stable offset there: the checkpoint read into it
+    uncommitted. sensors/1 is at the stable offset: nothing is wrong there."""
+    ends = brokers(sensors={0: (0, 300), 1: (0, 80)}, users={0: (0, 7)})
+    stable = brokers(sensors={0: (0, 90), 1: (0, 50)}, users={0: (0, 7)})
+
+    with pytest.raises(KafkaOffsetsLostError) as refused:
+        check_lost_offsets([USERS, SENSORS], FILES, ends, skip=True, stable_offsets=stable)
+
+    message = str(refused.value)
+    assert (
+        "partition 0: the checkpoint of ingest_sensors reads on from offset 100, past the"
+        in message
+    )
+    assert "last stable offset 90: a transaction is still open there" in message
+    assert "partition 1" not in message
+    assert [] == check_lost_offsets(
+        [USERS, SENSORS], FILES, ends, skip=False, stable_offsets=brokers(
+            sensors={0: (0, 100), 1: (0, 50)}, users={0: (0, 7)}
+        )
+    )  # fmt: skip
+
+
 def test_nothing_to_check_without_commits_or_without_an_answer_from_the_brokers() -> None:
     asked: list[list[str]] = []
 

@@ -311,7 +311,7 @@ def test_a_gap_recorded_as_skipped_is_accepted_and_a_partly_recorded_one_is_not(
 ) -> None:
     """Offsets 3-4 of sensors/0 never reached bronze (Kafka had lost them): accepted when
     bronze/skipped_offsets covers them, in a whole-lake check and in a periodic one
-    whose increment starts at the gap."""
+    whose increment starts at the gap; a range covering offset 3 only leaves 4 missing."""
     reader = build(
         tmp_path,
         bronze__sensors=without("bronze/sensors", (0, 3), (0, 4)),
@@ -324,7 +324,7 @@ def test_a_gap_recorded_as_skipped_is_accepted_and_a_partly_recorded_one_is_not(
     )
 
     skip(tmp_path, ("sensors", 0, 3, 3))
-    assert ["bronze/sensors sensors/0: 2 offsets missing (gaps: 3-4)"] == (
+    assert ["bronze/sensors sensors/0: 1 offsets missing (gaps: 4)"] == (
         reconcile(reader, settings, None, increments).problems
     )
 
@@ -336,3 +336,73 @@ def test_a_gap_recorded_as_skipped_is_accepted_and_a_partly_recorded_one_is_not(
         ranges(report.skipped), key=lambda r: r[3]
     )
     assert "skipped at a start" in report.to_text()
+
+
+def record_gaps(root: Path, *ranges: tuple[str, int, int, int]) -> None:
+    """Record ``ranges`` (topic, partition, first, last) in bronze/offset_gaps."""
+    write_deltalake(
+        str(root / "bronze/offset_gaps"),
+        pa.table(
+            {
+                "kafka_topic": pa.array([r[0] for r in ranges]),
+                "kafka_partition": pa.array([r[1] for r in ranges], pa.int32()),
+                "first_offset": pa.array([r[2] for r in ranges], pa.int64()),
+                "last_offset": pa.array([r[3] for r in ranges], pa.int64()),
+            }
+        ),
+        mode="append",
+    )
+
+
+@pytest.mark.parametrize("increments", [None, {"sensors": {0: Increment(2, 10, True)}}])
+def test_offsets_recorded_without_a_record_are_no_gap_but_a_hole_beside_them_is(
+    tmp_path: Path, increments: Increments | None
+) -> None:
+    """Transaction markers at sensors/0 offsets 2 and 5-6, recorded by two batches (5 at the
+    end of one, 6 at the start of the next), hold no record: no problem. A record deleted
+    from bronze at offset 7, next to them, is reported alone."""
+    gone = [(0, 2), (0, 5), (0, 6)]
+    reader = build(
+        tmp_path,
+        bronze__sensors=without("bronze/sensors", *gone),
+        silver__sensor_readings=without("silver/sensor_readings", *gone),
+        gold__readings_enriched=without("gold/readings_enriched", *gone),
+    )
+    settings = Settings(storage_root=reader.root, sensors_topic="sensors", users_topic="users")
+    record_gaps(tmp_path, ("sensors", 0, 2, 2), ("sensors", 0, 5, 5), ("sensors", 0, 6, 6))
+
+    report = reconcile(reader, settings, None, increments)
+
+    assert [] == report.problems
+    p0 = next(p for p in report.bronze if (p.table, p.partition) == ("bronze/sensors", 0))
+    assert (0, 3) == (p0.missing_offsets, p0.without_record)
+    assert "NO RECORD" in report.to_text()
+
+    holed = [c for c in without("bronze/sensors", *gone) if c != (0, 7)]
+    reader = build(tmp_path / "holed", bronze__sensors=holed)
+    record_gaps(tmp_path / "holed", ("sensors", 0, 2, 2), ("sensors", 0, 5, 6))
+    report = reconcile(reader, settings, None, increments)
+    assert "bronze/sensors sensors/0: 1 offsets missing (gaps: 7)" in report.problems
+
+
+def test_recorded_ranges_outside_the_records_checked_make_no_gap(tmp_path: Path) -> None:
+    """``--since`` checks sensors/0 from offset 5 on: a recorded range at offsets 1-2 lies
+    before the first record checked and adds no gap between it and them."""
+    reader = build(tmp_path)
+    record_gaps(tmp_path, ("sensors", 0, 1, 2))
+
+    report = run(reader, since=T0 + timedelta(seconds=5))
+
+    assert [] == report.problems
+
+
+def test_every_partition_lists_its_own_gaps(tmp_path: Path) -> None:
+    """Each partition's problem names its gaps, however many the partitions before it have."""
+    many = [(0, o) for o in range(0, 60, 2)]
+    reader = build(tmp_path, bronze__sensors=[*many, (1, 0), (1, 4)])
+
+    problems = run(reader).problems
+
+    assert any(
+        p.startswith("bronze/sensors sensors/1: 3 offsets missing (gaps: 1-3)") for p in problems
+    )
