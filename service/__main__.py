@@ -73,6 +73,19 @@ def _parser() -> argparse.ArgumentParser:
         gen.add_argument(
             f"--{name}-fraction", type=_fraction, default=0.0, help=f"fraction of {what}"
         )
+    gen.add_argument(
+        "--transaction-size",
+        type=int,
+        default=0,
+        help="produce with a transactional producer, this many records per transaction"
+        " (default 0: no transactions)",
+    )
+    gen.add_argument(
+        "--abort-fraction",
+        type=_fraction,
+        default=0.0,
+        help="fraction of transactions aborted (their records counted as <topic>.aborted)",
+    )
     return parser
 
 
@@ -261,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             duplicate_fraction=args.duplicate_fraction,
             user_update_fraction=args.user_update_fraction,
             tombstone_fraction=args.tombstone_fraction,
+            transaction_size=args.transaction_size,
+            abort_fraction=args.abort_fraction,
         )
         summary = generate(settings, options)
         print(summary.to_json())

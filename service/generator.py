@@ -6,13 +6,16 @@ realistic for the sensor type and the wearer's current activity. Optional
 fractions of the reading slots become bad records (several kinds the contract
 rejects), late readings, re-sent duplicates (same payload and event id),
 profile updates (a fifth of them stale) and tombstones; every record is
-counted under one category, so a run can be reconciled.
+counted under one category, so a run can be reconciled. With a transaction size,
+records go out in Kafka transactions, a fraction of them aborted: an aborted
+transaction's records count as ``<topic>.aborted``, whatever they were.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import signal
 import time
@@ -78,6 +81,10 @@ class GeneratorOptions:
     duplicate_fraction: float = 0.0
     user_update_fraction: float = 0.0
     tombstone_fraction: float = 0.0
+    # Records per Kafka transaction (0: a plain idempotent producer), and the fraction of
+    # transactions aborted.
+    transaction_size: int = 0
+    abort_fraction: float = 0.0
 
 
 @dataclass
@@ -312,28 +319,87 @@ def _user_change(
             send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.update")
 
 
+class Transaction:
+    """The generator's Kafka transactions (with a transaction size; else a pass-through).
+
+    Categories and deliveries of the records sent in the open transaction count once it
+    commits; when it aborts, its records count as ``<topic>.aborted`` instead.
+    """
+
+    def __init__(self, options: GeneratorOptions, summary: GeneratorSummary) -> None:
+        self._size = options.transaction_size
+        self._abort = options.abort_fraction
+        self._summary = summary
+        self._rng = random.Random(options.seed + 1)
+        self._categories: Counter[str] = Counter()
+        self._delivered: Counter[str] = Counter()
+
+    def begin(self, producer: Producer) -> None:
+        """Start the producer's first transaction."""
+        if self._size:
+            producer.init_transactions()
+            producer.begin_transaction()
+
+    def delivered(self, topic: str) -> None:
+        """A record of ``topic`` was acknowledged."""
+        (self._delivered if self._size else self._summary.produced)[topic] += 1
+
+    def sent(self, category: str) -> None:
+        """A record of ``category`` was produced."""
+        if not self._size:
+            self._summary.by_category[category] += 1
+            return
+        self._categories[category] += 1
+
+    def maybe_end(self, producer: Producer) -> None:
+        """Commit or abort the open transaction once it holds its size, and begin the next."""
+        if self._size and sum(self._categories.values()) >= self._size:
+            self.end(producer)
+            producer.begin_transaction()
+
+    def end(self, producer: Producer) -> None:
+        """Commit or abort the open transaction (a roll against the abort fraction)."""
+        if not self._size or not self._categories:
+            return
+        producer.flush()  # every record acknowledged: its delivery report served
+        if self._rng.random() < self._abort:
+            producer.abort_transaction()
+            for category, count in self._categories.items():
+                self._summary.by_category[category.split(".")[0] + ".aborted"] += count
+        else:
+            producer.commit_transaction()
+            self._summary.by_category.update(self._categories)
+            self._summary.produced.update(self._delivered)
+        self._categories.clear()
+        self._delivered.clear()
+
+
 def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     """Produce every user's profile, then readings; return what was delivered."""
     topics = [settings.users_topic, settings.sensors_topic]
     ensure_topics(settings, topics, options.partitions)
     summary = GeneratorSummary()
 
+    transaction = Transaction(options, summary)
+
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             summary.delivery_errors += 1
             log.error("delivery_failed", topic=msg.topic(), error=str(err))
         else:
-            summary.produced[str(msg.topic())] += 1
+            transaction.delivered(str(msg.topic()))
 
-    producer = Producer(
-        {
-            **settings.kafka.librdkafka_config(),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "compression.type": "lz4",
-        }
-    )
+    config = {
+        **settings.kafka.librdkafka_config(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 20,
+        "compression.type": "lz4",
+    }
+    if options.transaction_size:
+        config["transactional.id"] = f"lakehouse-ingest-generate-{options.seed}-{os.getpid()}"
+    producer = Producer(config)
+    transaction.begin(producer)
     stop = [False]
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -352,7 +418,8 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
                 break
             except BufferError:
                 producer.poll(0.5)
-        summary.by_category[category] += 1
+        transaction.sent(category)
+        transaction.maybe_end(producer)
         now = time.monotonic()
         if now - polled_at >= _POLL_SECONDS:
             producer.poll(0)
@@ -385,6 +452,7 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
                 "sensors.late" if late else "sensors.valid",
             )
             sent.append((device.device_id, reading))
+        transaction.end(producer)
     finally:
         remaining = producer.flush(60)
         signal.signal(signal.SIGTERM, previous[0])

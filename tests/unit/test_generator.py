@@ -7,7 +7,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from service.generator import count_schedule, uuid4_text
+import pytest
+
+from service.generator import (
+    GeneratorOptions,
+    GeneratorSummary,
+    Transaction,
+    count_schedule,
+    uuid4_text,
+)
 
 
 def test_count_mode_event_times_end_now_and_never_run_ahead() -> None:
@@ -23,3 +31,52 @@ def test_event_ids_are_the_text_of_version_4_uuids() -> None:
     rng = random.Random(7)
     for bits in [0, 2**128 - 1, *(rng.getrandbits(128) for _ in range(1000))]:
         assert uuid4_text(bits) == str(uuid.UUID(int=bits, version=4))
+
+
+class TransactionsSeen:
+    """The transaction calls a producer received, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def init_transactions(self) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def flush(self) -> int:
+        self.calls.append("flush")
+        return 0
+
+    def commit_transaction(self) -> None:
+        self.calls.append("commit")
+
+    def abort_transaction(self) -> None:
+        self.calls.append("abort")
+
+
+@pytest.mark.parametrize(
+    ("abort_fraction", "ends", "categories", "produced"),
+    [
+        (1.0, ["abort", "abort"], {"sensors.aborted": 3}, 0),
+        (0.0, ["commit", "commit"], {"sensors.valid": 3}, 3),
+    ],
+)
+def test_records_count_when_their_transaction_commits_and_as_aborted_when_it_aborts(
+    abort_fraction: float, ends: list[str], categories: dict[str, int], produced: int
+) -> None:
+    summary = GeneratorSummary()
+    options = GeneratorOptions(transaction_size=2, abort_fraction=abort_fraction)
+    transaction, producer = Transaction(options, summary), TransactionsSeen()
+
+    transaction.begin(producer)  # type: ignore[arg-type]
+    for _ in range(3):  # one full transaction, then one record the end commits or aborts
+        transaction.sent("sensors.valid")
+        transaction.delivered("sensors")
+        transaction.maybe_end(producer)  # type: ignore[arg-type]
+    transaction.end(producer)  # type: ignore[arg-type]
+
+    assert ["init", "begin", "flush", ends[0], "begin", "flush", ends[1]] == producer.calls
+    assert categories == dict(summary.by_category)
+    assert produced == summary.produced["sensors"]
