@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -273,6 +273,12 @@ class KafkaBroker(_ServerProcess):
                     "share.coordinator.state.topic.replication.factor=1",
                     "share.coordinator.state.topic.min.isr=1",
                     "group.initial.rebalance.delay.ms=0",
+                    # The log cleaner looks for compactable logs every second (not 15 s),
+                    # so a compacted topic's older versions go soon after its segment rolls.
+                    "log.cleaner.backoff.ms=1000",
+                    # A transaction its producer left open is aborted within a second of
+                    # its timeout (not up to 10 s later).
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
                     "auto.create.topics.enable=false",
                     # After a SIGKILL the restarted broker stays fenced until its old
                     # session expires: keep that short (default 9 s).
@@ -353,11 +359,19 @@ class KafkaBroker(_ServerProcess):
         except KafkaException:
             return False
 
-    def create_topics(self, names: Sequence[str], partitions: int) -> None:
-        """Create topics (existing ones are fine) and wait until all partitions have leaders."""
+    def create_topics(
+        self, names: Sequence[str], partitions: int, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create topics (existing ones are fine), with the topic ``config`` if given, and wait
+        until all partitions have leaders."""
         admin = self.admin()
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+            [
+                NewTopic(
+                    name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+                )
+                for name in names
+            ]
         )
         for future in futures.values():
             try:

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 # the default JVM's 240 MB.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 Coordinates = set[tuple[str, int, int]]
+
+PROFILE = ("first_name", "last_name", "dob", "gender", "country")
 
 
 @dataclass
@@ -264,9 +267,15 @@ class Lake:
 
     @classmethod
     def fresh(
-        cls, name: str, broker: KafkaBroker, s3_env: Mapping[str, str], work_dir: Path
+        cls,
+        name: str,
+        broker: KafkaBroker,
+        s3_env: Mapping[str, str],
+        work_dir: Path,
+        users_config: Mapping[str, str] | None = None,
     ) -> Lake:
-        """New 3-partition topics on ``broker`` and a new storage root, named after ``name``."""
+        """New 3-partition topics on ``broker`` (the users topic with ``users_config``) and a
+        new storage root, named after ``name``."""
         suffix = uuid.uuid4().hex[:8]
         lake = cls(
             users_topic=f"users-{suffix}",
@@ -276,15 +285,16 @@ class Lake:
             s3_env=s3_env,
             work_dir=work_dir,
         )
-        broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+        broker.create_topics([lake.users_topic], partitions=3, config=users_config)
+        broker.create_topics([lake.sensors_topic], partitions=3)
         return lake
 
-    def producing(self, *args: str) -> subprocess.Popen[str]:
+    def producing(self, *args: str, **env: str) -> subprocess.Popen[str]:
         """The generator started with ``args`` (a rate for a duration), not waited for."""
         return subprocess.Popen(
             [sys.executable, "-m", "service", "generate", *args],
             cwd=REPO,
-            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -370,3 +380,61 @@ def assert_bronze_exactly_once(spark: SparkSession, lake: Lake) -> Coordinates:
         assert produced == landed, f"{table}: {missing} missing, {extra} not produced"
         assert len(produced) == rows, f"{table}: {rows - len(produced)} duplicate rows"
     return landed
+
+
+@dataclass(frozen=True)
+class ExpectedUser:
+    """The final silver/users row of one user, computed from the topic in plain Python."""
+
+    profile: tuple[Any, ...] | None
+    updated_at: datetime | None
+    is_deleted: bool
+    deleted_at: datetime | None
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+
+
+def expected_users(records: list[KafkaRecord]) -> dict[int, ExpectedUser]:
+    """Newest upsert gives the profile; a tombstone at least as new as it marks deletion."""
+    upserts: dict[int, tuple[datetime, int, int, dict[str, Any]]] = {}
+    tombstones: dict[int, datetime] = {}
+    for r in records:
+        assert r.key is not None
+        user_id = int(r.key)
+        if r.value is None:
+            at = datetime.fromtimestamp(r.timestamp_ms / 1000, UTC).replace(tzinfo=None)
+            tombstones[user_id] = max(at, tombstones.get(user_id, at))
+            continue
+        payload = json.loads(r.value)
+        candidate = (parse_time(payload["updated_at"]), r.partition, r.offset, payload)
+        if user_id not in upserts or candidate[:3] > upserts[user_id][:3]:
+            upserts[user_id] = candidate
+    result = {}
+    for user_id in upserts.keys() | tombstones.keys():
+        upsert = upserts.get(user_id)
+        deleted = tombstones.get(user_id)
+        is_deleted = deleted is not None and (upsert is None or deleted >= upsert[0])
+        result[user_id] = ExpectedUser(
+            profile=tuple(upsert[3][f] for f in PROFILE) if upsert else None,
+            updated_at=upsert[0] if upsert else None,
+            is_deleted=is_deleted,
+            deleted_at=deleted if is_deleted else None,
+        )
+    return result
+
+
+def silver_users(spark: SparkSession, lake: Lake) -> dict[int, ExpectedUser]:
+    """silver/users as `ExpectedUser` rows, by user id."""
+    return {
+        r.user_id: ExpectedUser(
+            profile=None if r.updated_at is None else tuple(
+                r.dob.isoformat() if f == "dob" and r.dob else r[f] for f in PROFILE
+            ),
+            updated_at=r.updated_at,
+            is_deleted=r.is_deleted,
+            deleted_at=r.deleted_at,
+        )
+        for r in spark.read.format("delta").load(lake.table("silver/users")).collect()
+    }  # fmt: skip

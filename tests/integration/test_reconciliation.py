@@ -8,9 +8,6 @@ process killed with SIGKILL at ten named points of a batch's commits (see
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -18,17 +15,16 @@ from pyspark.sql import functions as F
 
 from service.transforms.validation import ERROR_CODES
 from tests.integration.harness import (
-    KafkaRecord,
     Lake,
     ServiceProcess,
     assert_bronze_exactly_once,
+    expected_users,
+    silver_users,
     table_coordinates,
     topic_records,
 )
 
 pytestmark = pytest.mark.integration
-
-PROFILE = ("first_name", "last_name", "dob", "gender", "country")
 
 # Where each driver is killed (`tests.integration.crash_at`), one after the other:
 # before, between and after the commits of a batch of each query, and between its
@@ -45,49 +41,6 @@ PHASES = (
     "after:silver/sensor_readings",
     "checkpoint:ingest_sensors",
 )
-
-
-@dataclass(frozen=True)
-class ExpectedUser:
-    """The final silver/users row of one user, computed from the topic in plain Python."""
-
-    profile: tuple[Any, ...] | None
-    updated_at: datetime | None
-    is_deleted: bool
-    deleted_at: datetime | None
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
-
-
-def expected_users(records: list[KafkaRecord]) -> dict[int, ExpectedUser]:
-    """Newest upsert gives the profile; a tombstone at least as new as it marks deletion."""
-    upserts: dict[int, tuple[datetime, int, int, dict[str, Any]]] = {}
-    tombstones: dict[int, datetime] = {}
-    for r in records:
-        assert r.key is not None
-        user_id = int(r.key)
-        if r.value is None:
-            at = datetime.fromtimestamp(r.timestamp_ms / 1000, UTC).replace(tzinfo=None)
-            tombstones[user_id] = max(at, tombstones.get(user_id, at))
-            continue
-        payload = json.loads(r.value)
-        candidate = (parse_time(payload["updated_at"]), r.partition, r.offset, payload)
-        if user_id not in upserts or candidate[:3] > upserts[user_id][:3]:
-            upserts[user_id] = candidate
-    result = {}
-    for user_id in upserts.keys() | tombstones.keys():
-        upsert = upserts.get(user_id)
-        deleted = tombstones.get(user_id)
-        is_deleted = deleted is not None and (upsert is None or deleted >= upsert[0])
-        result[user_id] = ExpectedUser(
-            profile=tuple(upsert[3][f] for f in PROFILE) if upsert else None,
-            updated_at=upsert[0] if upsert else None,
-            is_deleted=is_deleted,
-            deleted_at=deleted if is_deleted else None,
-        )
-    return result
 
 
 def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_phase(
@@ -152,17 +105,7 @@ def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_pha
     assert len(codes) >= 6
 
     expected = expected_users(topic_records(lake.bootstrap_servers, lake.users_topic))
-    actual = {
-        r.user_id: ExpectedUser(
-            profile=None if r.updated_at is None else tuple(
-                r.dob.isoformat() if f == "dob" else r[f] for f in PROFILE
-            ),
-            updated_at=r.updated_at,
-            is_deleted=r.is_deleted,
-            deleted_at=r.deleted_at,
-        )
-        for r in spark.read.format("delta").load(lake.table("silver/users")).collect()
-    }  # fmt: skip
+    actual = silver_users(spark, lake)
     assert len(expected) == len(actual)
     mismatched = [u for u in expected if expected[u] != actual.get(u)]
     assert [] == mismatched[:5], [(expected[u], actual.get(u)) for u in mismatched[:5]]
