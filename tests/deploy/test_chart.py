@@ -795,6 +795,7 @@ def test_alert_thresholds_job_and_runbook_base_url_come_from_values() -> None:
         "freshnessWatermarkSeconds": ("FreshnessSLOBreached", "2400"),
         "quarantineRatio": ("QuarantineSpike", "0.125"),
         "storageStaleSeconds": ("StorageUnreachable", "90"),
+        "reconcileStaleSeconds": ("ReconcileStale", "3600"),
     }
     assert set(chart_values()["monitoring"]["alerts"]["thresholds"]) == set(thresholds)
     base = "https://runbooks.example.com/lakehouse"

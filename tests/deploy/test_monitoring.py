@@ -70,7 +70,18 @@ def test_another_job_appears_in_the_tests_of_absent_and_of_a_threshold() -> None
         if any(f'job="{JOB}"' not in s["series"] for s in test["input_series"])
         for case in test.get("alert_rule_test", [])
     }
-    assert {"QueryDown", "KafkaLagHigh", "StorageUnreachable"} <= foreign
+    expected = {
+        "QueryDown",
+        "KafkaLagHigh",
+        "StorageUnreachable",
+        "FreshnessSLOBreached",
+        "LakeInvariantBroken",
+        "ReconcileFailing",
+        "ReconcileStale",
+        "KafkaLagStale",
+        "KafkaOffsetsSkipped",
+    }
+    assert expected <= foreign
 
 
 def test_every_alert_fires_in_a_test_that_checks_a_meaningful_summary() -> None:

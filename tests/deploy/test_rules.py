@@ -104,6 +104,14 @@ def exported_names() -> set[str]:
     metrics.kafka_lag_polled(query.name, query.topic, [0])
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
+    # The families that exist only once something happened: a reconcile check, a skip at
+    # start, a maintenance run.
+    metrics.reconcile_checked({"bronze/sensors": 1}, 0, 0.1)
+    metrics.reconcile_failed()
+    metrics.offsets_skipped(query.topic, 1)
+    metrics.maintenance.table_files_counted("bronze/sensors", 3)
+    metrics.maintenance.maintenance_succeeded("bronze/sensors", 1.0)
+    metrics.maintenance.maintenance_failed("bronze/sensors")
     return {sample.name for family in registry.collect() for sample in family.samples}
 
 
