@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -12,13 +13,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from service.__main__ import main
+from service.checkpoints import app_id
 from service.config import Settings
-from service.errors import TableLayoutError
+from service.errors import CheckpointMismatchError, TableLayoutError
+from service.hadoop_fs import HadoopFiles
+from service.ingest import IngestQuery
 from service.migrate import migrate_tables
-from service.queries import check_tables
+from service.queries import check_tables, checkpoint_location
 from service.schemas import BRONZE, KAFKA_HEADERS, LINEAGE
-from service.sinks.delta import append_once, table_transactions
-from service.tables import BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS
+from service.sinks.delta import append_once, ensure_table, table_transactions
+from service.tables import (
+    BRONZE_SENSORS,
+    OFFSET_GAPS_TABLE,
+    QUARANTINE_TABLE,
+    SENSOR_DUPLICATES_TABLE,
+    SENSOR_READINGS,
+)
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 # bronze before DESIGN.md §3 made the raw columns BINARY.
@@ -85,3 +95,32 @@ def test_an_earlier_layout_is_refused_then_migrated_in_place(
 
 
 BRONZE_SENSORS_TABLES = (BRONZE_SENSORS, QUARANTINE_TABLE, SENSOR_READINGS)
+
+
+def test_a_lake_of_the_release_before_offset_gaps_starts_and_gets_the_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A checkpoint with committed batches and every table of its query but
+    bronze/offset_gaps (added by a later release): the start creates it, refuses nothing;
+    a missing table the query always had is still refused."""
+    settings = Settings(storage_root=str(tmp_path / "lake"))
+    checkpoint = checkpoint_location(settings, "ingest_sensors")
+    files = HadoopFiles(spark)
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    files.write_text(f"{checkpoint}/metadata", '{"id":"q-1"}')
+    files.write_text(f"{checkpoint}/offsets/0", f'v1\n{meta}\n{{"sensors":{{"0":5}}}}')
+    files.write_text(f"{checkpoint}/commits/0", 'v1\n{"nextBatchWatermarkMs":0}')
+    query = IngestQuery("ingest_sensors", "sensors", "sensors")
+    bronze = spark.createDataFrame([], BRONZE)
+    append_once(
+        bronze, BRONZE_SENSORS.uri(settings.storage_uri), app_id("ingest_sensors", "q-1"), 0
+    )
+    for table in query.tables[1:]:
+        if table != OFFSET_GAPS_TABLE:
+            ensure_table(spark, table.uri(settings.storage_uri), table)
+
+    assert [OFFSET_GAPS_TABLE] == check_tables(spark, settings, query.name, query.tables)
+
+    shutil.rmtree(tmp_path / "lake" / SENSOR_DUPLICATES_TABLE.name)
+    with pytest.raises(CheckpointMismatchError, match="silver/sensor_duplicates does not exist"):
+        check_tables(spark, settings, query.name, query.tables)
