@@ -819,6 +819,75 @@ def test_alert_thresholds_job_and_runbook_base_url_come_from_values() -> None:
         for body in m["data"].values()
     ]
     assert [base] == [link["url"] for link in dashboard["links"] if link["title"] == "Runbooks"]
+    # The dashboard's threshold lines are the alerts' thresholds of this release.
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "lakehouse" == variables["job"]["current"]["value"]
+    red_steps = {
+        first_metric(p): step["value"]
+        for p in dashboard["panels"]
+        for step in p.get("fieldConfig", {})
+        .get("defaults", {})
+        .get("thresholds", {})
+        .get("steps", [])
+        if step["color"] == "red"
+    }
+    assert 2500000 == red_steps["lakehouse_ingest_kafka_max_offsets_behind_latest"]
+    assert 0.125 == red_steps["lakehouse_ingest_quarantined_rows_total"]
+    assert 420 == red_steps["lakehouse_ingest_last_progress_timestamp_seconds"]
+    assert 90 == red_steps["lakehouse_ingest_storage_heartbeat_timestamp_seconds"]
+    assert 3600 == red_steps["lakehouse_ingest_reconcile_last_check_timestamp_seconds"]
+    freshness = sorted(
+        step["value"]
+        for p in dashboard["panels"]
+        if any("freshness_timestamp" in t["expr"] for t in p.get("targets", []))
+        for step in p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        if step["color"] == "red"
+    )
+    assert [600, 2400] == freshness
+
+
+def first_metric(panel: dict[str, Any]) -> str:
+    """The first of our metrics a dashboard panel queries."""
+    found = METRIC_SELECTOR.search(panel["targets"][0]["expr"])
+    assert found, panel["title"]
+    return found.group(1)
+
+
+def release_dashboards(release: str, namespace: str) -> dict[str, dict[str, Any]]:
+    """The dashboard ConfigMaps' files (name → dashboard) of release ``release``."""
+    command = [helm(), "template", release, str(CHART), "--namespace", namespace]
+    command += ["--kube-version", RENDER_KUBE_VERSION, "--api-versions", MONITORING_API]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return {
+        name: json.loads(body)
+        for m in yaml.safe_load_all(result.stdout)
+        if m and m["kind"] == "ConfigMap" and m["metadata"]["labels"].get("grafana_dashboard")
+        for name, body in m["data"].items()
+    }
+
+
+def test_two_releases_dashboards_do_not_collide_in_the_grafana_sidecar() -> None:
+    """The sidecar writes every ConfigMap file into one folder and Grafana keys dashboards
+    by uid: each release's copy has its own file name, uid and title, and shows its job."""
+    copies = [
+        release_dashboards("ingest", "lakehouse"),
+        release_dashboards("ingest", "staging"),
+        release_dashboards("other", "lakehouse"),
+    ]
+    files = [name for copy in copies for name in copy]
+    dashboards = [d for copy in copies for d in copy.values()]
+    assert 3 == len(set(files))
+    assert 3 == len({d["uid"] for d in dashboards})
+    assert 3 == len({d["title"] for d in dashboards})
+    assert all(len(d["uid"]) <= 40 for d in dashboards), "Grafana's uid limit"
+    jobs = [{v["name"]: v for v in d["templating"]["list"]}["job"] for d in dashboards]
+    assert ["ingest-lakehouse-ingest", "ingest-lakehouse-ingest", "other-lakehouse-ingest"] == [
+        j["current"]["value"] for j in jobs
+    ]
+    (staging,) = copies[1].values()
+    namespace = {v["name"]: v for v in staging["templating"]["list"]}["namespace"]
+    assert ["staging"] == namespace["current"]["value"]
+    assert "(staging/ingest)" in staging["title"]
 
 
 def test_alerts_can_be_relabelled_retimed_and_switched_off_per_alert() -> None:

@@ -128,13 +128,33 @@ def test_dashboard_has_namespace_and_instance_variables_that_default_to_all() ->
         # ".*" also matches a missing label: Compose's series have no namespace.
         assert ".*" == variable["allValue"]
         assert ["$__all"] == variable["current"]["value"]
-    assert '{namespace=~"$namespace"}' in variables["instance"]["definition"]
+    assert 'namespace=~"$namespace"' in variables["instance"]["definition"]
+    assert 'job="$job"' in variables["instance"]["definition"]
     names = [v["name"] for v in dashboard()["templating"]["list"]]
-    assert names.index("namespace") < names.index("instance")
+    assert names.index("namespace") < names.index("job") < names.index("instance")
 
 
-def test_every_panel_query_is_narrowed_by_namespace_and_instance() -> None:
-    targets = [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])]
+def test_dashboard_job_variable_is_one_job_never_all() -> None:
+    """ "All" jobs would add up the series of two releases: the job variable has one value."""
+    job = {v["name"]: v for v in dashboard()["templating"]["list"]}["job"]
+    assert "query" == job["type"]
+    assert (
+        'label_values(lakehouse_ingest_build_info{namespace=~"$namespace"}, job)'
+        == job["definition"]
+    )
+    assert job["includeAll"] is False
+    assert job["multi"] is False
+    assert JOB == job["current"]["value"], "the compose stack's job by default"
+
+
+def panels() -> list[dict[str, Any]]:
+    """Every panel of the dashboard (rows included)."""
+    found: list[dict[str, Any]] = dashboard()["panels"]
+    return found
+
+
+def test_every_panel_query_is_narrowed_by_namespace_job_and_instance() -> None:
+    targets = [t["expr"] for p in panels() for t in p.get("targets", [])]
     assert targets
     for expr in targets:
         selectors = list(METRIC_SELECTOR.finditer(expr))
@@ -142,4 +162,98 @@ def test_every_panel_query_is_narrowed_by_namespace_and_instance() -> None:
         for selector in selectors:
             matchers = selector.group(2) or ""
             assert 'namespace=~"$namespace"' in matchers, selector.group(0)
+            assert 'job="$job"' in matchers, selector.group(0)
             assert 'instance=~"$instance"' in matchers, selector.group(0)
+
+
+def test_every_stat_panel_has_a_unit() -> None:
+    stats = [p for p in panels() if p["type"] == "stat"]
+    assert len(stats) >= 8
+    for panel in stats:
+        assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+
+
+def test_the_alert_list_shows_the_selected_jobs_alerts() -> None:
+    (alert_list,) = [p for p in panels() if p["type"] == "alertlist"]
+    assert '{job="$job"}' == alert_list["options"]["alertInstanceLabelFilter"]
+    assert alert_list["options"]["stateFilter"]["firing"] is True
+
+
+def test_the_dashboard_answers_are_we_losing_data() -> None:
+    """The reconcile's outcome, skipped offsets, total lag and the lag poll's age, and the
+    maintenance state are on it."""
+    queried = " ".join(t["expr"] for p in panels() for t in p.get("targets", []))
+    for metric in (
+        "lakehouse_ingest_reconcile_checks_total",
+        "lakehouse_ingest_reconcile_problems",
+        "lakehouse_ingest_reconcile_last_check_timestamp_seconds",
+        "lakehouse_ingest_reconcile_records_checked_total",
+        "lakehouse_ingest_kafka_offsets_skipped_total",
+        "lakehouse_ingest_kafka_offsets_behind_latest",
+        "lakehouse_ingest_kafka_lag_polled_timestamp_seconds",
+        "lakehouse_ingest_maintenance_failures_total",
+        "lakehouse_ingest_maintenance_last_success_timestamp_seconds",
+        "lakehouse_ingest_table_files",
+        "lakehouse_ingest_jvm_memory_used_bytes",
+        "lakehouse_ingest_jvm_memory_max_bytes",
+        "lakehouse_ingest_jvm_gc_collection_seconds_total",
+        "lakehouse_ingest_jvm_threads",
+    ):
+        assert re.search(rf"\b{metric}\{{", queried), metric
+
+
+def test_lag_panels_say_the_lag_is_polled_against_the_checkpoint() -> None:
+    lag_panels = [
+        p
+        for p in panels()
+        if any("offsets_behind_latest" in t["expr"] for t in p.get("targets", []))
+    ]
+    assert lag_panels
+    for panel in lag_panels:
+        description = panel["description"]
+        assert "polled by the driver" in description, panel["title"]
+        assert "checkpoint" in description, panel["title"]
+        assert "Spark's Kafka source" not in description, panel["title"]
+
+
+def alert_threshold(alert: str, line_with: str) -> float:
+    """The number an alert compares with, on the first line of its expression that holds
+    ``line_with``."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == alert]
+    line = next(line for line in rule["expr"].splitlines() if line_with in line)
+    found = re.search(r"> ([0-9.]+)\s*$", line)
+    assert found, line
+    return float(found.group(1))
+
+
+# Panel (by the metric and matcher it queries) → the alert threshold its line or red step is.
+THRESHOLD_LINES = [
+    ("lakehouse_ingest_kafka_max_offsets_behind_latest", "KafkaLagHigh", "offsets_behind"),
+    ('basis="caught_up"', "FreshnessSLOBreached", 'basis="caught_up"'),
+    ('basis="watermark"', "FreshnessSLOBreached", 'basis="watermark"'),
+    ("lakehouse_ingest_quarantined_rows_total", "QuarantineSpike", ") > "),  # the ratio's
+    ("lakehouse_ingest_kafka_lag_polled_timestamp_seconds", "KafkaLagStale", "polled"),
+    ("lakehouse_ingest_jvm_gc_collection_seconds_total", "DriverHeapPressure", "gc_collection"),
+    ("lakehouse_ingest_last_progress_timestamp_seconds", "NoProgress", "last_progress"),
+    ("lakehouse_ingest_storage_heartbeat_timestamp_seconds", "StorageUnreachable", "heartbeat"),
+    ("lakehouse_ingest_reconcile_last_check_timestamp_seconds", "ReconcileStale", "time()"),
+]
+
+
+@pytest.mark.parametrize(("queried", "alert", "line_with"), THRESHOLD_LINES)
+def test_threshold_lines_are_the_alert_thresholds(queried: str, alert: str, line_with: str) -> None:
+    matching = [
+        p
+        for p in panels()
+        if p["type"] in {"timeseries", "stat"}
+        and any(queried in t["expr"] for t in p.get("targets", []))
+        and "thresholds" in p["fieldConfig"]["defaults"]
+    ]
+    assert matching, queried
+    expected = alert_threshold(alert, line_with)
+    for panel in matching:
+        defaults = panel["fieldConfig"]["defaults"]
+        red = [s["value"] for s in defaults["thresholds"]["steps"] if s["color"] == "red"]
+        assert [expected] == red, panel["title"]
+        if panel["type"] == "timeseries":
+            assert {"mode": "line"} == defaults["custom"]["thresholdsStyle"], panel["title"]
