@@ -326,8 +326,17 @@ class Transaction:
     commits; when it aborts, its records count as ``<topic>.aborted`` instead.
     """
 
-    def __init__(self, options: GeneratorOptions, summary: GeneratorSummary) -> None:
+    def __init__(
+        self,
+        options: GeneratorOptions,
+        summary: GeneratorSummary,
+        recent: deque[tuple[str, dict[str, Any]]] | None = None,
+    ) -> None:
         self._size = options.transaction_size
+        # The readings a duplicate may repeat: an aborted transaction's leave it (a
+        # repeat of a reading that was never committed would be no duplicate).
+        self._recent = recent if recent is not None else deque()
+        self._recent_sent = 0
         self._abort = options.abort_fraction
         self._summary = summary
         self._rng = random.Random(options.seed + 1)
@@ -351,6 +360,11 @@ class Transaction:
             return
         self._categories[category] += 1
 
+    def remember(self, key: str, reading: dict[str, Any]) -> None:
+        """Keep ``reading`` as one a later duplicate may repeat."""
+        self._recent.append((key, reading))
+        self._recent_sent += 1
+
     def maybe_end(self, producer: Producer) -> None:
         """Commit or abort the open transaction once it holds its size, and begin the next."""
         if self._size and sum(self._categories.values()) >= self._size:
@@ -366,12 +380,15 @@ class Transaction:
             producer.abort_transaction()
             for category, count in self._categories.items():
                 self._summary.by_category[category.split(".")[0] + ".aborted"] += count
+            for _ in range(min(self._recent_sent, len(self._recent))):
+                self._recent.pop()
         else:
             producer.commit_transaction()
             self._summary.by_category.update(self._categories)
             self._summary.produced.update(self._delivered)
         self._categories.clear()
         self._delivered.clear()
+        self._recent_sent = 0
 
 
 def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
@@ -380,7 +397,8 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     ensure_topics(settings, topics, options.partitions)
     summary = GeneratorSummary()
 
-    transaction = Transaction(options, summary)
+    sent: deque[tuple[str, dict[str, Any]]] = deque(maxlen=100)
+    transaction = Transaction(options, summary, sent)
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -429,7 +447,6 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
         now = datetime.now(UTC)
         for user_id in range(1, options.users + 1):
             send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.profile")
-        sent: deque[tuple[str, dict[str, Any]]] = deque(maxlen=100)
         for event_time in _schedule(options, stop):
             _user_change(settings, options, factory, event_time, send)
             roll = factory.roll()
@@ -451,7 +468,7 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
                 reading,
                 "sensors.late" if late else "sensors.valid",
             )
-            sent.append((device.device_id, reading))
+            transaction.remember(device.device_id, reading)
         transaction.end(producer)
     finally:
         remaining = producer.flush(60)
