@@ -13,9 +13,13 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 # Tests that spend most of their time waiting out a wall-clock fault (MinIO down for
-# 30 s and 3 min) with one slow driver: they run in a lane of their own, beside the
-# main lane, which runs every other test one after another in collection order.
-WAITING_LANE = ("tests/integration/test_storage_outage.py",)
+# 30 s and 3 min; a transaction left open until the broker aborts it) with one slow
+# driver: they run in a lane of their own, beside the main lane, which runs every other
+# test one after another in collection order.
+WAITING_LANE = (
+    "tests/integration/test_storage_outage.py",
+    "tests/integration/test_transactions.py",
+)
 
 
 def lane_of(nodeid: str) -> str:
