@@ -97,6 +97,7 @@ run: setup
 test: setup
 	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
 	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 tests --ignore=tests/image
 
@@ -109,6 +110,7 @@ test-integration: setup
 lint: venv
 	$(VENV)/bin/ruff check service tests deploy/local deploy/bench
 	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -91,8 +91,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``show`` and ``reconcile``: read the tables with delta-rs (no JVM, no Spark)."""
-    from service.show import DEFAULT_LIMIT, FORMATS
-    from service.tables import ALL_TABLES
+    from service.lake.tables import ALL_TABLES
+    from service.verbs.show import DEFAULT_LIMIT, FORMATS
 
     show = commands.add_parser(
         "show",
@@ -146,7 +146,7 @@ def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _add_replay_verb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``replay-quarantine``: re-validate quarantined records, send those that pass to silver."""
-    from service.transforms.validation import ERROR_CODES
+    from service.ingest.validation import ERROR_CODES
 
     replay = commands.add_parser(
         "replay-quarantine",
@@ -189,7 +189,7 @@ def _count(text: str) -> int:
 
 
 def _since(text: str) -> datetime:
-    from service.reconcile import parse_since
+    from service.verbs.reconcile import parse_since
 
     try:
         return parse_since(text, datetime.now(UTC))
@@ -223,17 +223,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
         if args.command == "run":
-            from service.app import run
+            from service.driver.app import run
 
             return run(settings, available_now=args.available_now)
         if args.command == "status":
-            from service.status import collect_status
+            from service.verbs.status import collect_status
 
             report = collect_status(settings)
             print(report.to_json() if args.json else report.to_text())
             return 0 if report.ok else EXIT_FAILURE
         if args.command == "migrate":
-            from service.migrate import migrate
+            from service.verbs.migrate import migrate
 
             migrated = migrate(settings)
             print(f"migrated: {', '.join(migrated)}" if migrated else "nothing to migrate")
@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("show", "reconcile"):
             return _lake_verb(args, settings)
         if args.command == "replay-quarantine":
-            from service.replay import ReplayRequest, replay_quarantine
+            from service.verbs.replay import ReplayRequest, replay_quarantine
 
             request = ReplayRequest(
                 error_codes=tuple(args.error_code or ()),
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             replayed = replay_quarantine(settings, request)
             print(replayed.to_json() if args.json else replayed.to_text())
             return 0
-        from service.generator import GeneratorOptions, generate
+        from service.verbs.generate import GeneratorOptions, generate
 
         if (args.readings is None) == (args.rate is None):
             print(
@@ -312,18 +312,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``show`` or ``reconcile``: a bad request exits 2, an unreadable lake 1, one line each."""
-    from service.lakeview import CATALOGUE, LakeReader, LakeReadError, LakeRequestError
+    from service.lake.lakeview import CATALOGUE, LakeReader, LakeReadError, LakeRequestError
 
     reader = LakeReader.from_settings(settings)
     try:
         if args.command == "show":
-            from service.show import ShowRequest, show
+            from service.verbs.show import ShowRequest, show
 
             table = CATALOGUE[args.table]
             request = ShowRequest(table, args.where, args.limit, args.version, args.format)
             show(reader, request, sys.stdout)
             return 0
-        from service.reconcile import reconcile
+        from service.verbs.reconcile import reconcile
 
         report = reconcile(reader, settings, args.since)
         print(report.to_json() if args.json else report.to_text())

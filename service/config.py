@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     # last stable offset. read_uncommitted also reads open and aborted transactions.
     kafka_isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     # Start past offsets the brokers no longer have (recorded in bronze/skipped_offsets)
-    # instead of refusing to start (`service.lost_offsets`).
+    # instead of refusing to start (`service.kafka.lost_offsets`).
     kafka_skip_lost_offsets: bool = False
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
     # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     spark_ui_port: int = Field(default=4040, ge=1, le=65535)
     jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))
     # The driver JVM's class-data-sharing archive (`make cds`): None uses the
-    # virtualenv's (service.spark.DEFAULT_CDS_ARCHIVE) when it exists; "" uses none.
+    # virtualenv's (service.streaming.session.DEFAULT_CDS_ARCHIVE) when it exists; "" uses none.
     spark_cds_archive: str | None = None
     trigger_interval_seconds: float = Field(default=10.0, ge=0)
     # Spark cluster mode (spark://, k8s://): all optional, unused by local[*].
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     # store is bounded on its own (and reports its memory in the query progress).
     state_store_memory_mb: int | None = Field(default=None, gt=0)
 
-    # Table maintenance (service.maintenance): every query compacts (OPTIMIZE) and
+    # Table maintenance (service.lake.maintenance): every query compacts (OPTIMIZE) and
     # vacuums the tables it owns between its own batches, once per interval (0 = never).
     maintenance_interval_seconds: float = Field(default=3600.0, ge=0)
     # Compaction runs when a table's snapshot has at least this many files.
@@ -246,7 +246,7 @@ class Settings(BaseSettings):
     # How often the driver polls the brokers' end offsets for the Kafka lag gauges.
     lag_poll_seconds: float = Field(default=15.0, gt=0, le=300)
     # How often the driver reconciles what it ingested since its last check
-    # (`service.lake_audit`); 0 turns the periodic check off.
+    # (`service.driver.lake_audit`); 0 turns the periodic check off.
     reconcile_interval_seconds: float = Field(default=300.0, ge=0)
     # The whole graceful stop (SIGTERM, Ctrl-C): the batches in flight finish and
     # commit, no new one starts; past it the queries are interrupted (their batches

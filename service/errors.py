@@ -22,7 +22,7 @@ class CheckpointCorruptError(IngestError, ValueError):
 
 
 class KafkaOffsetsLostError(IngestError):
-    """Kafka no longer has offsets a checkpoint still has to read (`service.lost_offsets`)."""
+    """Kafka no longer has offsets a checkpoint still has to read (`service.kafka.lost_offsets`)."""
 
 
 class TableLayoutError(IngestError):

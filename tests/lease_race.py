@@ -15,8 +15,8 @@ from pathlib import Path
 
 from service.config import Settings
 from service.errors import LeaseHeldError
-from service.lease import DriverLease
-from service.lease_store import lease_store
+from service.lake.lease import DriverLease
+from service.lake.lease_store import lease_store
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 Kafka source → ``from_json`` with the sensor payload's StructType → Delta append,
 ``availableNow``: no validation, quarantine, dedup or lineage. It runs in its own
 process (a fresh JVM) with the service's Spark configuration and jars
-(`service.spark.build_spark`), reads the same environment variables as the service,
+(`service.streaming.session.build_spark`), reads the same environment variables as the service,
 and prints one ``query_progress`` JSON line per micro-batch when it is done.
 """
 
@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructType, TimestampType
 
 from service.config import load_settings
-from service.spark import build_spark
+from service.streaming.session import build_spark
 
 SENSOR_PAYLOAD = (
     StructType()

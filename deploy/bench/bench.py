@@ -60,9 +60,9 @@ from measurements import (  # noqa: E402
 )
 
 from service.config import Settings, load_settings  # noqa: E402
-from service.generator import GeneratorOptions, generate  # noqa: E402
 from service.logs import configure_logging  # noqa: E402
-from service.spark import build_spark  # noqa: E402
+from service.streaming.session import build_spark  # noqa: E402
+from service.verbs.generate import GeneratorOptions, generate  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 VAR = REPO / "var" / "bench"

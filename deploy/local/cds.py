@@ -8,7 +8,7 @@ archive is made the way the JVM (17) makes one: a driver ingests a few hundred r
 from a throwaway local Kafka into a throwaway local lake, gold on, with
 ``-XX:ArchiveClassesAtExit``; the JVM writes the archive when it exits. It is valid for
 these jars, this PySpark and this JDK only (``make cds`` rebuilds it when they change);
-a driver skips an archive it cannot use (service/spark.py).
+a driver skips an archive it cannot use (service/streaming/session.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from pyspark.sql.streaming.listener import QueryProgressEvent
 
-from service.ingest import IngestQuery
-from service.metrics import IngestMetrics, MetricsListener
+from service.driver.metrics import IngestMetrics, MetricsListener
+from service.ingest.query import IngestQuery
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"

@@ -9,7 +9,7 @@ import pytest
 
 from service.config import load_settings
 from service.errors import ConfigError
-from service.spark import REQUIRED_JAR_PREFIXES, local_mode_classpath, spark_conf
+from service.streaming.session import REQUIRED_JAR_PREFIXES, local_mode_classpath, spark_conf
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from devstack import KafkaBroker, MinioServer
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.spark import build_spark
+from service.streaming.session import build_spark
 from tests.integration.harness import Lake
 
 

@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
-import service.ingest
+import service.ingest.writer
 from service.__main__ import main
-from service.sinks.delta import append_once, table_transactions
-from service.sinks.users import merge_users_once
+from service.ingest.users_merge import merge_users_once
+from service.lake.delta import append_once, table_transactions
 
 T = TypeVar("T")
 
@@ -74,10 +74,10 @@ def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
-service.ingest.append_once = crashing(append_once)  # type: ignore[attr-defined]
-service.ingest.merge_users_once = crashing(merge_users_once)  # type: ignore[attr-defined]
-service.ingest.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
-    service.ingest.BatchWriter.__call__
+service.ingest.writer.append_once = crashing(append_once)  # type: ignore[attr-defined]
+service.ingest.writer.merge_users_once = crashing(merge_users_once)  # type: ignore[attr-defined]
+service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
+    service.ingest.writer.BatchWriter.__call__
 )
 
 if __name__ == "__main__":

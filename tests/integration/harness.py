@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from devstack import KafkaBroker
 from pyspark.sql import Column, SparkSession
 
-from service.lakeview import LakeReader, delta_rs_uri
-from service.tables import ALL_TABLES
+from service.lake.lakeview import LakeReader, delta_rs_uri
+from service.lake.tables import ALL_TABLES
 
 REPO = Path(__file__).resolve().parents[2]
 # A test's driver (and a cluster test's executor) lives seconds to a few minutes, and

@@ -18,10 +18,10 @@ from devstack import KafkaBroker, MinioServer
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.lease import lease_location
-from service.lease_store import S3LeaseStore
-from service.schemas import BRONZE
-from service.spark import cds_archive
+from service.lake.lease import lease_location
+from service.lake.lease_store import S3LeaseStore
+from service.lake.schemas import BRONZE
+from service.streaming.session import cds_archive
 from tests.integration.harness import (
     Lake,
     assert_bronze_exactly_once,

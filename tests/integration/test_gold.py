@@ -29,14 +29,14 @@ from devstack import KafkaBroker, MinioServer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.hadoop_fs import HadoopFiles
-from service.transforms.gold import (
+from service.gold.transforms import (
     alerts,
     enrich_readings,
     heart_rate_stats,
     heart_rate_with_activity,
     sensor_stats,
 )
+from service.lake.hadoop_fs import HadoopFiles
 from tests.integration.harness import Lake, ServiceProcess, copy_storage_root, topic_records
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import pytest
 
 from service.config import Settings
 from service.errors import LeaseLostError
-from service.lease import DriverLease, lease_location
-from service.lease_store import S3LeaseStore
+from service.lake.lease import DriverLease, lease_location
+from service.lake.lease_store import S3LeaseStore
 from tests.integration.harness import Lake
 from tests.lease_race import race
 

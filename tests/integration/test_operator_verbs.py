@@ -30,11 +30,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
-from service.lakeview import CATALOGUE, LakeReader
-from service.reconcile import Increment, reconcile
-from service.schemas import COORDINATES
-from service.show import ShowRequest, show
-from service.tables import ALL_TABLES
+from service.lake.lakeview import CATALOGUE, LakeReader
+from service.lake.schemas import COORDINATES
+from service.lake.tables import ALL_TABLES
+from service.verbs.reconcile import Increment, reconcile
+from service.verbs.show import ShowRequest, show
 from tests.integration.harness import REPO, Lake
 
 pytestmark = pytest.mark.integration
@@ -332,7 +332,7 @@ def test_reconcile_finds_a_hand_made_gap_and_duplicates(
 def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_start(
     lake: Lake, minio_server: MinioServer, tmp_path: Path
 ) -> None:
-    """`service.lake_audit` checks offset increments: rows outside them are not read,
+    """`service.driver.lake_audit` checks offset increments: rows outside them are not read,
     and a record missing right at an increment's start (the boundary with the previous
     check) is a gap, though no row before it is in the increment."""
     copy = download_lake(minio_server, lake, tmp_path / "lake")

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.transforms.validation import ERROR_CODES
+from service.ingest.validation import ERROR_CODES
 from tests.integration.harness import (
     Lake,
     ServiceProcess,

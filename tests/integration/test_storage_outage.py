@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from devstack import KafkaBroker, MinioServer, free_port
 
-from service.lakeview import LakeReader, delta_rs_uri, run_sql
-from service.tables import BRONZE_SENSORS, BRONZE_USERS
+from service.lake.lakeview import LakeReader, delta_rs_uri, run_sql
+from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
 from tests.integration.harness import Lake, ServiceProcess, topic_coordinates
 
 pytestmark = pytest.mark.integration

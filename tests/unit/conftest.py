@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.spark import build_spark
+from service.streaming.session import build_spark
 
 # Low, so that a test sees auto-compaction after a handful of appends.
 COMPACT_MIN_FILES = 6

@@ -18,8 +18,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from service.schemas import KAFKA_HEADERS, SILVER_SENSOR_READINGS
-from service.transforms.bronze import to_records
+from service.ingest.bronze import to_records
+from service.lake.schemas import KAFKA_HEADERS, SILVER_SENSOR_READINGS
 
 ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 # Prefix of a value given as hex bytes (to carry invalid UTF-8 through createDataFrame).

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 
-from service.schemas import KAFKA_RECORD
-from service.transforms.bronze import to_records
+from service.ingest.bronze import to_records
+from service.lake.schemas import KAFKA_RECORD
 from tests.unit.records import KAFKA_SOURCE
 
 AT = datetime(2026, 11, 21, 12, 0, 0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.checkpoints import (
+from service.errors import CheckpointCorruptError, CheckpointMismatchError
+from service.lake.checkpoints import (
     PLAN_FILE,
     BatchRanges,
     CheckpointState,
@@ -14,7 +15,6 @@ from service.checkpoints import (
     recorded_plan,
     verify_checkpoint_matches_tables,
 )
-from service.errors import CheckpointCorruptError, CheckpointMismatchError
 
 QUERY = "ingest_sensors"
 TABLE = "s3a://lake/bronze/sensors"

@@ -9,9 +9,9 @@ import pytest
 
 from service.config import load_settings
 from service.errors import ConfigError
-from service.kafka_admin import check_kafka_access
-from service.sources.kafka import source_options
-from service.tables import BRONZE_USERS
+from service.kafka.admin import check_kafka_access
+from service.kafka.source import source_options
+from service.lake.tables import BRONZE_USERS
 
 
 @pytest.fixture(autouse=True)

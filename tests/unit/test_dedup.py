@@ -9,14 +9,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest import summarize
-from service.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
-from service.transforms.dedup import (
+from service.ingest.dedup import (
     BROADCAST_IDS,
     duplicate_candidates,
     find_duplicates,
     without_duplicates,
 )
+from service.ingest.writer import summarize
+from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from tests.unit.records import readings
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)

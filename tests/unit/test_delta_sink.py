@@ -14,16 +14,16 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.profile import BatchProfile
-from service.sinks.delta import append_once, ensure_table, table_transactions
-from service.sinks.live_files import LiveFiles
-from service.tables import (
+from service.lake.delta import append_once, ensure_table, table_transactions
+from service.lake.live_files import LiveFiles
+from service.lake.tables import (
     BRONZE_SENSORS,
     HEART_RATE_ACTIVITY,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
     STATS_COLUMNS,
 )
+from service.streaming.profile import BatchProfile
 from tests.unit.records import bronze_frame, readings
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from service.config import Settings
-from service.spark import DEFAULT_CDS_ARCHIVE, cds_archive, driver_java_options
+from service.streaming.session import DEFAULT_CDS_ARCHIVE, cds_archive, driver_java_options
 
 
 def test_the_archive_is_the_virtualenv_s_unless_named_or_turned_off(tmp_path: Path) -> None:

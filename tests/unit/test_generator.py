@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import pytest
 
-from service.generator import (
+from service.verbs.generate import (
     GeneratorOptions,
     GeneratorSummary,
     Transaction,

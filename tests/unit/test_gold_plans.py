@@ -10,12 +10,12 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from service.checkpoints import PLAN_FILE
 from service.config import Settings
-from service.gold import GoldWriter, gold_queries, start_gold_query
-from service.queries import checkpoint_location, start_with_writer
-from service.sinks.delta import ensure_table
-from service.tables import HEART_RATE_ACTIVITY, SENSOR_READINGS
+from service.gold.queries import GoldWriter, gold_queries, start_gold_query
+from service.lake.checkpoints import PLAN_FILE
+from service.lake.delta import ensure_table
+from service.lake.tables import HEART_RATE_ACTIVITY, SENSOR_READINGS
+from service.streaming.queries import checkpoint_location, start_with_writer
 from tests.unit.test_gold_transforms import T0, acc, hr, readings
 
 

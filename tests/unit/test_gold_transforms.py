@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from service.schemas import SILVER_SENSOR_READINGS, SILVER_USERS
-from service.transforms.gold import (
+from service.gold.transforms import (
     alerts,
     enrich_readings,
     heart_rate_stats,
     heart_rate_with_activity,
     sensor_stats,
 )
+from service.lake.schemas import SILVER_SENSOR_READINGS, SILVER_USERS
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from pyspark.sql import DataFrame, SparkSession
 
-from service.app import RunningQuery, _running, _stop_gracefully
-from service.queries import QueryWriter
+from service.driver.app import RunningQuery, _running, _stop_gracefully
+from service.streaming.queries import QueryWriter
 
 
 def test_a_batch_still_running_at_the_deadline_is_interrupted(

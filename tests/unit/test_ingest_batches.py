@@ -11,9 +11,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from service.gold import GoldWriter, gold_queries
-from service.queries import IngestBatches
-from service.tables import HEART_RATE_ACTIVITY
+from service.gold.queries import GoldWriter, gold_queries
+from service.lake.tables import HEART_RATE_ACTIVITY
+from service.streaming.queries import IngestBatches
 
 
 def _hold(ingest: IngestBatches, entered: threading.Event, release: threading.Event,

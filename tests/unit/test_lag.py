@@ -11,8 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.config import Settings
-from service.lag import LaggedQuery, LagPoller, PartitionStatus, partition_lag
-from service.object_files import ObjectFiles
+from service.driver.lag import LaggedQuery, LagPoller
+from service.kafka.offsets import PartitionStatus, partition_lag
+from service.lake.object_files import ObjectFiles
 
 
 class Lags:

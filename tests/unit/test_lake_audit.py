@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from service.config import Settings
-from service.lake_audit import AuditedTopic, Cursor, LakeAuditor, advance, plan
-from service.metrics import IngestMetrics
-from service.object_files import ObjectFiles
-from service.reconcile import (
+from service.driver.lake_audit import AuditedTopic, Cursor, LakeAuditor, advance, plan
+from service.driver.metrics import IngestMetrics
+from service.lake.object_files import ObjectFiles
+from service.verbs.reconcile import (
     Coverage,
     Finding,
     Increment,

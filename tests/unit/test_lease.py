@@ -19,8 +19,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.errors import LeaseHeldError, LeaseLostError
-from service.lease import DriverLease
-from service.lease_store import LocalLeaseStore
+from service.lake.lease import DriverLease
+from service.lake.lease_store import LocalLeaseStore
 from tests.lease_race import race
 
 

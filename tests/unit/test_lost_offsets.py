@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from service.errors import KafkaOffsetsLostError
-from service.lost_offsets import (
+from service.kafka.lost_offsets import (
     CheckedQuery,
     LostOffsets,
     check_lost_offsets,

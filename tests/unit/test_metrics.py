@@ -19,13 +19,13 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from service.ingest import IngestQuery
-from service.metrics import (
+from service.driver.metrics import (
     IngestMetrics,
     MetricsListener,
     termination_error_class,
 )
-from service.transforms.validation import ERROR_CODES
+from service.ingest.query import IngestQuery
+from service.ingest.validation import ERROR_CODES
 
 PROGRESS = Path(__file__).parent / "progress"
 SENSORS = {"query": "ingest_sensors"}

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from service.driver_view import DriverView, QueryNow, fetch_driver_view
-from service.http import liveness_verdict, readiness_verdict, serve_http
+from service.driver.http import liveness_verdict, readiness_verdict, serve_http
+from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
 
 VIEW = DriverView(
     pid=4242,

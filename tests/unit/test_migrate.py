@@ -13,22 +13,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from service.__main__ import main
-from service.checkpoints import app_id
 from service.config import Settings
 from service.errors import CheckpointMismatchError, TableLayoutError
-from service.hadoop_fs import HadoopFiles
-from service.ingest import IngestQuery
-from service.migrate import migrate_tables
-from service.queries import check_tables, checkpoint_location
-from service.schemas import BRONZE, KAFKA_HEADERS, LINEAGE
-from service.sinks.delta import append_once, ensure_table, table_transactions
-from service.tables import (
+from service.ingest.query import IngestQuery
+from service.lake.checkpoints import app_id
+from service.lake.delta import append_once, ensure_table, table_transactions
+from service.lake.hadoop_fs import HadoopFiles
+from service.lake.schemas import BRONZE, KAFKA_HEADERS, LINEAGE
+from service.lake.tables import (
     BRONZE_SENSORS,
     OFFSET_GAPS_TABLE,
     QUARANTINE_TABLE,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
 )
+from service.streaming.queries import check_tables, checkpoint_location
+from service.verbs.migrate import migrate_tables
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 # bronze before DESIGN.md §3 made the raw columns BINARY.

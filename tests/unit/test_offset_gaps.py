@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.schemas import OFFSET_GAPS
-from service.transforms.offset_gaps import PartitionRead, edge_gaps, inner_gaps, to_offset_gaps
+from service.ingest.offset_gaps import PartitionRead, edge_gaps, inner_gaps, to_offset_gaps
+from service.lake.schemas import OFFSET_GAPS
 
 
 def test_a_batch_that_read_every_offset_of_its_range_has_no_gap() -> None:

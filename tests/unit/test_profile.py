@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from service.profile import BatchProfile
+from service.streaming.profile import BatchProfile
 
 
 def test_phases_add_up_and_only_the_batchs_jobs_are_counted(spark: SparkSession) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from service.sinks.delta import append_once, ensure_table
-from service.sinks.live_files import LiveFiles
-from service.sinks.recent_ids import RecentIds
-from service.tables import SENSOR_READINGS
-from service.transforms.dedup import find_duplicates
+from service.ingest.dedup import find_duplicates
+from service.ingest.recent_ids import RecentIds
+from service.lake.delta import append_once, ensure_table
+from service.lake.live_files import LiveFiles
+from service.lake.tables import SENSOR_READINGS
 from tests.unit.records import readings
 from tests.unit.test_delta_sink import _jobs_of
 

@@ -13,8 +13,8 @@ import pytest
 from deltalake import write_deltalake
 
 from service.config import Settings
-from service.lakeview import LakeReader, LakeRequestError
-from service.reconcile import (
+from service.lake.lakeview import LakeReader, LakeRequestError
+from service.verbs.reconcile import (
     Increment,
     Increments,
     OffsetRange,

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
-from service.replay import ReplayRequest, classify, select_quarantined, unfinished_replays
-from service.schemas import QUARANTINE_REPLAYS
+from service.lake.schemas import QUARANTINE_REPLAYS
+from service.verbs.replay import ReplayRequest, classify, select_quarantined, unfinished_replays
 
 T0 = datetime(2026, 11, 1, 12, 0)
 T1 = datetime(2026, 11, 2, 12, 0)

@@ -10,11 +10,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.schemas import QUARANTINE, SILVER_SENSOR_READINGS
-from service.sinks.delta import scala_items
-from service.transforms.sensors import parse_sensor_readings, to_sensor_readings
-from service.transforms.users import parse_user_changes
-from service.transforms.validation import ERROR_CODES, split_valid_invalid, to_quarantine
+from service.ingest.sensors import parse_sensor_readings, to_sensor_readings
+from service.ingest.users import parse_user_changes
+from service.ingest.validation import ERROR_CODES, split_valid_invalid, to_quarantine
+from service.lake.delta import scala_items
+from service.lake.schemas import QUARANTINE, SILVER_SENSOR_READINGS
 from tests.payloads import profile, reading
 from tests.unit.records import HEX, bronze_frame
 

@@ -14,8 +14,9 @@ import pytest
 from deltalake import write_deltalake
 
 from service.__main__ import main
-from service.lakeview import LakeReader, LakeRequestError, delta_rs_uri
-from service.show import (
+from service.lake.lakeview import LakeReader, LakeRequestError, delta_rs_uri
+from service.lake.tables import BRONZE_SENSORS, QUARANTINE_TABLE
+from service.verbs.show import (
     CELL_WIDTH,
     ShowRequest,
     plain,
@@ -25,7 +26,6 @@ from service.show import (
     write_csv,
     write_json_lines,
 )
-from service.tables import BRONZE_SENSORS, QUARANTINE_TABLE
 
 AT = datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
 INVALID_UTF8 = b'{"v": "\xff\xfe"}'

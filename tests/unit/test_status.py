@@ -8,14 +8,15 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from service.checkpoints import PLAN_FILE, CheckpointState, read_checkpoint
 from service.config import Settings
-from service.driver_view import DriverView, QueryNow
-from service.lag import PartitionStatus
-from service.lakeview import LakeReader
-from service.object_files import ObjectFiles
-from service.sinks.delta import append_once, ensure_table
-from service.status import (
+from service.kafka.offsets import PartitionStatus
+from service.lake.checkpoints import PLAN_FILE, CheckpointState, read_checkpoint
+from service.lake.delta import append_once, ensure_table
+from service.lake.lakeview import LakeReader
+from service.lake.object_files import ObjectFiles
+from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS
+from service.verbs.driver_view import DriverView, QueryNow
+from service.verbs.status import (
     LeaseStatus,
     QueryStatus,
     Status,
@@ -23,7 +24,6 @@ from service.status import (
     _query_status,
     table_status,
 )
-from service.tables import SENSOR_DUPLICATES_TABLE, USERS
 
 CHECKPOINT = "s3a://lake/_checkpoints/ingest_sensors"
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from service.gold import gold_queries
-from service.ingest import IngestQuery
-from service.queries import QuerySpec
-from service.tables import ALL_TABLES, OPERATOR_TABLES
+from service.gold.queries import gold_queries
+from service.ingest.query import IngestQuery
+from service.lake.tables import ALL_TABLES, OPERATOR_TABLES, QuerySpec
 
 
 def test_every_table_is_catalogued_once_and_every_query_writes_catalogued_tables() -> None:

@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.transforms.users import latest_user_changes, parse_user_changes
-from service.transforms.validation import split_valid_invalid
+from service.ingest.users import latest_user_changes, parse_user_changes
+from service.ingest.validation import split_valid_invalid
 from tests.payloads import profile
 from tests.unit.records import bronze_frame
 

@@ -10,11 +10,11 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from service.sinks.delta import ensure_table
-from service.sinks.users import merge_users_once
-from service.tables import USERS
-from service.transforms.users import latest_user_changes, parse_user_changes
-from service.transforms.validation import split_valid_invalid
+from service.ingest.users import latest_user_changes, parse_user_changes
+from service.ingest.users_merge import merge_users_once
+from service.ingest.validation import split_valid_invalid
+from service.lake.delta import ensure_table
+from service.lake.tables import USERS
 from tests.payloads import profile
 from tests.unit.records import bronze_frame
 

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from service.config import Settings
-from service.spark import spark_conf
+from service.streaming.session import spark_conf
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,0 +1,1 @@
+"""The driver: the composition root, its background components, HTTP and metrics."""

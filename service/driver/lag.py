@@ -1,0 +1,114 @@
+"""The driver's lag poller: every ingest query's Kafka lag, exported on a timer.
+
+Spark reports a Kafka source's lag only when a micro-batch ends, so a slow batch
+hid a growing backlog (the gauge read 0 while 8,180 records waited). The poller
+measures it from the brokers and each checkpoint (`service.kafka.offsets`) every
+``INGEST_LAG_POLL_SECONDS`` instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS, partition_lag
+from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+
+log = structlog.get_logger(__name__)
+
+
+class LagSink(Protocol):
+    """Where polled lag goes (`service.driver.metrics.IngestMetrics` in the driver)."""
+
+    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaggedQuery:
+    """An ingest query whose lag is polled: its name, topic and checkpoint."""
+
+    name: str
+    topic: str
+    checkpoint: str
+
+
+class LagPoller:
+    """Export every ingest query's lag every ``interval_seconds`` from a daemon thread.
+
+    A poll that cannot reach the brokers updates nothing (the gauges' polled
+    timestamp shows how old they are). A checkpoint that cannot be read (a storage
+    outage) is measured from the offsets last read from it: no batch can commit
+    while its checkpoint is unreachable, so the backlog keeps showing. Either
+    problem is logged once until it clears.
+    """
+
+    def __init__(
+        self,
+        queries: Sequence[LaggedQuery],
+        offsets: Callable[[Sequence[str]], Mapping[str, Any]],
+        files: CheckpointFiles,
+        sink: LagSink,
+        from_earliest: bool,
+    ) -> None:
+        self._queries = list(queries)
+        self._offsets = offsets
+        self._files = files
+        self._sink = sink
+        self._from_earliest = from_earliest
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        self._committed: dict[str, dict[int, int]] = {}
+
+    def poll(self) -> bool:
+        """Poll once; return whether every query's lag was exported."""
+        latest = self._offsets([q.topic for q in self._queries])
+        problems = [latest["_error"]] if "_error" in latest else []
+        for query in self._queries if not problems else []:
+            try:
+                state = read_checkpoint(self._files, query.checkpoint)
+                self._committed[query.name] = state.kafka_offsets.get(query.topic, {})
+            except (OSError, ValueError) as e:
+                problems.append(f"{query.name}: checkpoint unreadable: {e}")
+                if query.name not in self._committed:
+                    continue
+            partitions = partition_lag(
+                self._committed[query.name], latest.get(query.topic), self._from_earliest
+            )
+            lags = [p.lag for p in partitions if p.lag is not None]
+            if partitions and len(lags) == len(partitions):
+                self._sink.kafka_lag_polled(query.name, query.topic, lags)
+            else:
+                problems.append(f"{query.name}: no offsets from the brokers for {query.topic}")
+        if problems and not self._failing:
+            log.warning("kafka_lag_poll_failed", problems=problems)
+        elif not problems and self._failing:
+            log.info("kafka_lag_poll_recovered")
+        self._failing = bool(problems)
+        return not problems
+
+    def start(self, interval_seconds: float) -> None:
+        """Poll now and then every ``interval_seconds`` until `stop`."""
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.poll()
+                except Exception:  # a poll must never take the thread down
+                    log.exception("kafka_lag_poll_crashed")
+                self._stop.wait(max(0.0, interval_seconds - (time.monotonic() - started)))
+
+        self._thread = threading.Thread(target=loop, name="kafka-lag-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling and wait for the thread (at most one Kafka timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(KAFKA_TIMEOUT_SECONDS * 2)

@@ -1,0 +1,580 @@
+"""Prometheus metrics: the `IngestMetrics` facade, fed by a StreamingQueryListener and the writers.
+
+Every family has the ``lakehouse_ingest_`` prefix, base units and, where it is
+about a query, a ``query`` label (the query name: a handful of values). Spark's
+progress events carry most numbers; what a ``foreachBatch`` writer observes
+(quarantined rows by error code, rows per table, duplicates) comes from its
+`BatchOutcome`. The listener runs on Spark's listener-bus thread, so it only
+parses the event and updates in-memory metrics: no Spark jobs, no I/O.
+
+Freshness: a query with an event-time watermark (gold) is complete up to its
+watermark. The ingest queries have none; they are complete up to the moment
+they last caught up with Kafka: the trigger start of a batch that consumed
+everything the broker had (``maxOffsetsBehindLatest`` = 0, or end offset =
+latest offset), or an idle event (nothing new to read). ``time() -
+lakehouse_ingest_freshness_timestamp_seconds`` is therefore an upper bound of
+how far the tables trail Kafka; unlike the newest record's Kafka timestamp it
+does not flag a quiet topic as stale, and it needs no extra aggregation job.
+
+Table maintenance (`service.lake.maintenance`) is reported per ``table`` by
+`MaintenanceMetrics`, which `IngestMetrics` registers (``.maintenance``) and the
+query writers that run it report to.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pyspark
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+import service
+from service.ingest.validation import ERROR_CODES
+
+log = structlog.get_logger(__name__)
+
+PREFIX = "lakehouse_ingest"
+_BATCH_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_MAINTENANCE_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_KAFKA_LAG_STATS = ("min", "avg", "max")
+_JAVA_CLASS = re.compile(r"^\s*(?:\[([A-Z][A-Z0-9_.]*)\]|([\w$.]*(?:Exception|Error)))")
+_LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
+
+
+class MaintenanceMetrics(Collector):
+    """Table maintenance families, per ``table``: a collector any registry can expose.
+
+    Created unregistered; `IngestMetrics` registers its own.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.table_files = Gauge(
+            f"{PREFIX}_table_files",
+            "Files in a table's current Delta snapshot, counted at each maintenance check.",
+            ["table"],
+            registry=None,
+        )
+        self.last_success = Gauge(
+            f"{PREFIX}_maintenance_last_success_timestamp_seconds",
+            "Unix time of a table's last successful maintenance (compaction check and VACUUM); "
+            "0 = none since the driver started.",
+            ["table"],
+            registry=None,
+        )
+        self.failures = Counter(
+            f"{PREFIX}_maintenance_failures_total",
+            "Maintenance runs of a table that failed (retried one interval later).",
+            ["table"],
+            registry=None,
+        )
+        self.duration = Histogram(
+            f"{PREFIX}_maintenance_duration_seconds",
+            "Wall time of a table's successful maintenance run (OPTIMIZE if due, then VACUUM).",
+            ["table"],
+            buckets=_MAINTENANCE_BUCKETS,
+            registry=None,
+        )
+        self._families = (self.table_files, self.last_success, self.failures, self.duration)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield from family.collect()
+
+    def describe(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield from family.describe()
+
+    def tables_declared(self, tables: Iterable[str]) -> None:
+        """Create the failure count and last success of ``tables`` at 0, for the alerts."""
+        for table in tables:
+            self.failures.labels(table)
+            self.last_success.labels(table)
+
+    def table_files_counted(self, table: str, files: int) -> None:
+        """Record that ``table``'s current snapshot has ``files`` files."""
+        self.table_files.labels(table).set(files)
+
+    def maintenance_succeeded(self, table: str, duration_seconds: float) -> None:
+        """Record a successful maintenance run of ``table`` that took ``duration_seconds``."""
+        self.last_success.labels(table).set(self._clock())
+        self.duration.labels(table).observe(max(0.0, duration_seconds))
+
+    def maintenance_failed(self, table: str) -> None:
+        """Record a failed maintenance run of ``table``."""
+        self.failures.labels(table).inc()
+
+
+class IngestMetrics:
+    """The service's metric families on ``registry``, updated through intent-named methods.
+
+    ``maintenance`` (the table maintenance families) is registered on ``registry`` too.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_event: dict[str, float] = {}
+        self._records_waiting: dict[str, int] = {}
+        self.maintenance = MaintenanceMetrics(clock)
+        registry.register(self.maintenance)
+        ProcessCollector(namespace=PREFIX, registry=registry)
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info",
+            "Build information (always 1): service, Spark and Python versions.",
+            ["version", "spark_version", "python_version"],
+            registry=registry,
+        )
+        self.build_info.labels(service.__version__, pyspark.__version__, _python_version()).set(1)
+        self.ready = Gauge(
+            f"{PREFIX}_ready",
+            "1 while /readyz answers 200 (every query active and progressing or idle), else 0.",
+            registry=registry,
+        )
+        self.storage_heartbeat = Gauge(
+            f"{PREFIX}_storage_heartbeat_timestamp_seconds",
+            "Unix time of the last successful write to the checkpoint storage (lease renewal).",
+            registry=registry,
+        )
+        self.trigger_interval = Gauge(
+            f"{PREFIX}_trigger_interval_seconds",
+            "A query's configured trigger interval (0 = as fast as possible, or available-now).",
+            ["query"],
+            registry=registry,
+        )
+        self.query_up = Gauge(
+            f"{PREFIX}_query_up", "1 while a query is active, else 0.", ["query"], registry=registry
+        )
+        self.terminations = Counter(
+            f"{PREFIX}_query_terminations_total",
+            "Query terminations by error class (none = a clean stop).",
+            ["query", "error_class"],
+            registry=registry,
+        )
+        self.last_progress = Gauge(
+            f"{PREFIX}_last_progress_timestamp_seconds",
+            "Unix time of a query's last start, progress or idle event (idle is alive).",
+            ["query"],
+            registry=registry,
+        )
+        self.last_batch_id = Gauge(
+            f"{PREFIX}_last_batch_id",
+            "Id of a query's last completed micro-batch (the checkpoint's batch numbering).",
+            ["query"],
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            f"{PREFIX}_input_rows_total", "Rows read by a query.", ["query"], registry=registry
+        )
+        self.input_rate = Gauge(
+            f"{PREFIX}_input_rows_per_second",
+            "Rate at which rows arrived for a query's last micro-batch.",
+            ["query"],
+            registry=registry,
+        )
+        self.processed_rate = Gauge(
+            f"{PREFIX}_processed_rows_per_second",
+            "Rate at which a query's last micro-batch processed rows.",
+            ["query"],
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            f"{PREFIX}_batch_duration_seconds",
+            "Wall time of a micro-batch (trigger start to progress).",
+            ["query"],
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.phase_seconds = Counter(
+            f"{PREFIX}_trigger_phase_seconds_total",
+            "Time spent in each trigger phase (Spark durationMs: addBatch, walCommit, ...).",
+            ["query", "phase"],
+            registry=registry,
+        )
+        self.kafka_lag = {
+            stat: Gauge(
+                f"{PREFIX}_kafka_{stat}_offsets_behind_latest",
+                f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
+                "the lake (broker end offset minus the checkpoint's), polled every "
+                "INGEST_LAG_POLL_SECONDS.",
+                ["query", "topic"],
+                registry=registry,
+            )
+            for stat in _KAFKA_LAG_STATS
+        }
+        self.kafka_lag_total = Gauge(
+            f"{PREFIX}_kafka_offsets_behind_latest",
+            "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
+            ["query", "topic"],
+            registry=registry,
+        )
+        self.kafka_lag_polled_at = Gauge(
+            f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
+            "When a query's Kafka lag was last polled successfully.",
+            ["query"],
+            registry=registry,
+        )
+        self.reconcile_checks = Counter(
+            f"{PREFIX}_reconcile_checks_total",
+            "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
+            "not hold) or error (the lake or a checkpoint could not be read; retried).",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("ok", "broken", "error"):
+            self.reconcile_checks.labels(result)
+        self.reconcile_problems = Gauge(
+            f"{PREFIX}_reconcile_problems",
+            "Invariant violations the driver's periodic reconcile found since it started.",
+            registry=registry,
+        )
+        self.reconcile_records = Counter(
+            f"{PREFIX}_reconcile_records_checked_total",
+            "Bronze records the driver's periodic reconcile checked, per table.",
+            ["table"],
+            registry=registry,
+        )
+        self.reconcile_last_check = Gauge(
+            f"{PREFIX}_reconcile_last_check_timestamp_seconds",
+            "Unix time the driver's last periodic reconcile check completed.",
+            registry=registry,
+        )
+        self.kafka_offsets_skipped = Counter(
+            f"{PREFIX}_kafka_offsets_skipped_total",
+            "Kafka offsets the brokers no longer had when the driver started, skipped on "
+            "INGEST_KAFKA_SKIP_LOST_OFFSETS (bronze/skipped_offsets lists them).",
+            ["topic"],
+            registry=registry,
+        )
+        self.reconcile_duration = Gauge(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Wall time of the driver's last periodic reconcile check.",
+            registry=registry,
+        )
+        self.freshness = Gauge(
+            f"{PREFIX}_freshness_timestamp_seconds",
+            "Time up to which a query's output is complete: its event-time watermark "
+            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up).",
+            ["query", "basis"],
+            registry=registry,
+        )
+        self.state_rows = Gauge(
+            f"{PREFIX}_state_rows",
+            "Rows held in a query's state stores (0 for stateless queries).",
+            ["query"],
+            registry=registry,
+        )
+        self.state_memory = Gauge(
+            f"{PREFIX}_state_memory_bytes",
+            "Memory used by a query's state stores.",
+            ["query"],
+            registry=registry,
+        )
+        self.dropped_by_watermark = Counter(
+            f"{PREFIX}_rows_dropped_by_watermark_total",
+            "Late rows dropped by a stateful operator because they were behind the watermark.",
+            ["query"],
+            registry=registry,
+        )
+        self.quarantined = Counter(
+            f"{PREFIX}_quarantined_rows_total",
+            "Records rejected into silver/quarantine, by error code.",
+            ["query", "error_code"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            f"{PREFIX}_duplicates_dropped_total",
+            "Readings dropped as duplicates of an event id seen within the dedup horizon.",
+            ["query"],
+            registry=registry,
+        )
+        self.rows_written = Counter(
+            f"{PREFIX}_table_rows_written_total",
+            "Rows appended or merged into a table.",
+            ["query", "table"],
+            registry=registry,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def query_declared(
+        self, query: str, tables: Iterable[str] = (), trigger_interval_seconds: float | None = None
+    ) -> None:
+        """Create ``query``'s series at zero, so rates and alerts work from its first row."""
+        tables = tuple(tables)
+        if trigger_interval_seconds is not None:
+            self.trigger_interval.labels(query).set(trigger_interval_seconds)
+        for family in (
+            self.query_up,
+            self.input_rows,
+            self.duplicates,
+            self.dropped_by_watermark,
+            self.state_rows,
+            self.state_memory,
+        ):
+            family.labels(query)
+        self.terminations.labels(query, "none")
+        for code in ERROR_CODES:
+            self.quarantined.labels(query, code)
+        for table in tables:
+            self.rows_written.labels(query, table)
+        self.maintenance.tables_declared(tables)
+
+    def query_started(self, query: str) -> None:
+        """Record that ``query`` is running."""
+        self.query_declared(query)
+        self.query_up.labels(query).set(1)
+        self._alive(query)
+
+    def query_idle(self, query: str, watermarked: bool) -> None:
+        """Record that ``query`` is alive with nothing new to read (so caught up with Kafka)."""
+        now = self._alive(query)
+        if not watermarked:
+            self.freshness.labels(query, "caught_up").set(now)
+
+    def query_terminated(self, query: str, error_class: str) -> None:
+        """Record that ``query`` stopped, cleanly (``none``) or with ``error_class``."""
+        self.query_up.labels(query).set(0)
+        self.terminations.labels(query, error_class).inc()
+
+    def reconcile_checked(
+        self, records: Mapping[str, int], problems: int, duration_seconds: float
+    ) -> None:
+        """Record a periodic reconcile check (`service.driver.lake_audit.LakeAuditor`)."""
+        self.reconcile_checks.labels("broken" if problems else "ok").inc()
+        self.reconcile_problems.inc(problems)
+        for table, count in records.items():
+            self.reconcile_records.labels(table).inc(count)
+        self.reconcile_last_check.set(self._clock())
+        self.reconcile_duration.set(max(0.0, duration_seconds))
+
+    def offsets_skipped(self, topic: str, count: int) -> None:
+        """Record ``count`` offsets of ``topic`` skipped at start (`service.kafka.lost_offsets`)."""
+        self.kafka_offsets_skipped.labels(topic).inc(count)
+
+    def reconcile_failed(self) -> None:
+        """Record a periodic reconcile check that could not read the lake or a checkpoint."""
+        self.reconcile_checks.labels("error").inc()
+
+    def watch_storage(self, last_write: Callable[[], float]) -> None:
+        """Report ``last_write()`` (unix time of the last successful storage write) at scrape."""
+        self.storage_heartbeat.set_function(last_write)
+
+    def watch_readiness(self, readiness: Callable[[], tuple[bool, str]]) -> None:
+        """Report ``readiness()`` (the /readyz verdict) as a 0/1 gauge at scrape."""
+        self.ready.set_function(lambda: 1.0 if readiness()[0] else 0.0)
+
+    def seconds_since_progress(self, query: str) -> float | None:
+        """Seconds since ``query``'s last start, progress or idle event; None if never seen."""
+        with self._lock:
+            last = self._last_event.get(query)
+        return None if last is None else max(0.0, self._clock() - last)
+
+    def _alive(self, query: str) -> float:
+        now = self._clock()
+        with self._lock:
+            self._last_event[query] = now
+        self.last_progress.labels(query).set(now)
+        return now
+
+    # -- micro-batches -----------------------------------------------------------------------
+
+    def progress_reported(self, progress: Any) -> None:
+        """Record one micro-batch's `StreamingQueryProgress` (Spark's listener event)."""
+        name = progress.name or str(progress.id)
+        self._alive(name)
+        self.last_batch_id.labels(name).set(progress.batchId)
+        self.input_rows.labels(name).inc(max(0, int(progress.numInputRows or 0)))
+        for gauge, value in (
+            (self.input_rate, progress.inputRowsPerSecond),
+            (self.processed_rate, progress.processedRowsPerSecond),
+        ):
+            if (rate := _finite(value)) is not None:
+                gauge.labels(name).set(rate)
+        self.batch_duration.labels(name).observe(max(0, progress.batchDuration) / 1000.0)
+        for phase, millis in (progress.durationMs or {}).items():
+            if (ms := _finite(millis)) is not None and ms >= 0:
+                self.phase_seconds.labels(name, _label(phase)).inc(ms / 1000.0)
+        caught_up = bool(progress.sources)
+        for source in progress.sources:
+            caught_up = self._source_reported(name, source) and caught_up
+        rows, memory, dropped = state_totals(progress)
+        self.state_rows.labels(name).set(rows)
+        self.state_memory.labels(name).set(memory)
+        self.dropped_by_watermark.labels(name).inc(dropped)
+        watermark = _epoch_seconds((progress.eventTime or {}).get("watermark"))
+        if watermark is not None:
+            if watermark > 0:  # 0 = no event seen yet
+                self.freshness.labels(name, "watermark").set(watermark)
+        elif caught_up and (started := _epoch_seconds(progress.timestamp)) is not None:
+            self.freshness.labels(name, "caught_up").set(started)
+
+    def _source_reported(self, query: str, source: Any) -> bool:
+        """Whether a source read all it had (its lag is polled, see `kafka_lag_polled`)."""
+        metrics: Mapping[str, str] = source.metrics or {}
+        behind = _finite(metrics.get("maxOffsetsBehindLatest"))
+        if behind is not None:
+            return behind == 0
+        latest = source.latestOffset
+        return latest not in (None, "None", "null") and latest == source.endOffset
+
+    def records_waiting(self, query: str) -> int | None:
+        """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
+        with self._lock:
+            return self._records_waiting.get(query)
+
+    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
+        """Record a query's polled per-partition lag (`service.kafka.offsets.LagPoller`)."""
+        for stat, value in (
+            ("min", min(lags)),
+            ("avg", sum(lags) / len(lags)),
+            ("max", max(lags)),
+        ):
+            self.kafka_lag[stat].labels(query, topic).set(value)
+        self.kafka_lag_total.labels(query, topic).set(sum(lags))
+        with self._lock:
+            self._records_waiting[query] = sum(lags)
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
+
+    def batch_written(
+        self,
+        query: str,
+        rows_written: Mapping[str, int],
+        quarantined: Mapping[str, int],
+        duplicates: int,
+    ) -> None:
+        """Record what one ingest micro-batch wrote (rows per table), quarantined and dropped."""
+        for table, rows in rows_written.items():
+            self.rows_written.labels(query, table).inc(rows)
+        for code, rows in quarantined.items():
+            self.quarantined.labels(query, code).inc(rows)
+        self.duplicates.labels(query).inc(duplicates)
+
+
+class MetricsListener(StreamingQueryListener):
+    """Feed `IngestMetrics` from query events; cheap updates only, never blocks the query."""
+
+    def __init__(self, metrics: IngestMetrics) -> None:
+        self._metrics = metrics
+        self._names: dict[str, str] = {}
+        self._watermarked: set[str] = set()
+
+    def _name(self, query_id: Any) -> str:
+        return self._names.get(str(query_id), str(query_id))
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's callback names
+        name = event.name or str(event.id)
+        self._names[str(event.id)] = name
+        self._metrics.query_started(name)
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        progress = event.progress
+        name = progress.name or str(progress.id)
+        self._names.setdefault(str(progress.id), name)
+        if "watermark" in (progress.eventTime or {}):
+            self._watermarked.add(name)
+        try:
+            self._metrics.progress_reported(progress)
+            state_rows, state_memory, dropped = state_totals(progress)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            # A malformed event must not fail Spark's listener bus; say so, and go on.
+            log.exception("progress_metrics_failed", query=name, batch_id=progress.batchId)
+            return
+        # One line per micro-batch and query: what `jq` answers "is state growing?" from.
+        log.info(
+            "query_progress",
+            query=name,
+            batch_id=progress.batchId,
+            input_rows=progress.numInputRows,
+            batch_duration_ms=progress.batchDuration,
+            duration_ms=dict(progress.durationMs or {}),
+            watermark=(progress.eventTime or {}).get("watermark"),
+            event_time_max=(progress.eventTime or {}).get("max"),
+            state_rows=state_rows,
+            state_memory_bytes=state_memory,
+            dropped_by_watermark=dropped,
+            sources=[dict(s.metrics or {}) for s in progress.sources],
+        )
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        name = self._name(event.id)
+        self._metrics.query_idle(name, watermarked=name in self._watermarked)
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        name = self._name(event.id)
+        error_class = termination_error_class(event.exception, event.errorClassOnException)
+        self._metrics.query_terminated(name, error_class)
+        if event.exception:
+            message, _, stack = str(event.exception).partition("\n")
+            log.error(
+                "query_terminated",
+                query=name,
+                error_class=error_class,
+                error=message,
+                stack_trace=stack.splitlines(),
+            )
+        else:
+            log.info("query_terminated", query=name)
+
+
+def state_totals(progress: Any) -> tuple[int, int, int]:
+    """State rows, state memory bytes and rows dropped by the watermark, over all operators."""
+    rows = memory = dropped = 0
+    for operator in progress.stateOperators:
+        rows += max(0, int(operator.numRowsTotal))
+        memory += max(0, int(operator.memoryUsedBytes))
+        dropped += max(0, int(operator.numRowsDroppedByWatermark))
+    return rows, memory, dropped
+
+
+def termination_error_class(exception: str | None, error_class: str | None) -> str:
+    """A low-cardinality label for why a query ended: Spark's error class, else the exception."""
+    if not exception:
+        return "none"
+    if error_class:
+        return _label(error_class)
+    match = _JAVA_CLASS.match(exception)
+    if match is None:
+        return "unknown"
+    return _label((match.group(1) or match.group(2)).rsplit(".", 1)[-1])
+
+
+def _label(text: str) -> str:
+    return _LABEL_SAFE.sub("_", text)[:100]
+
+
+def _finite(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _epoch_seconds(timestamp: str | None) -> float | None:
+    """Unix seconds of Spark's ISO-8601 UTC timestamps (``2024-05-01T12:00:00.000Z``)."""
+    if not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _python_version() -> str:
+    return platform.python_version()

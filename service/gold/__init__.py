@@ -1,0 +1,1 @@
+"""The gold queries: windows, joins and alerts over the silver stream."""

@@ -1,0 +1,1 @@
+"""The ingest queries: Kafka records to bronze, validation, quarantine and silver."""

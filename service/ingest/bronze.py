@@ -1,0 +1,63 @@
+"""Kafka source rows → bronze rows (DESIGN.md §3): the exact bytes, their text, coordinates."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from service.lake.schemas import KAFKA_RECORD
+
+
+def utf8_text(raw: Column) -> Column:
+    """The bytes as a string where they are valid UTF-8, null otherwise."""
+    text = raw.cast("string")
+    return F.when(F.is_valid_utf8(text), text)
+
+
+TEXT_VIEWS = ("key_text", "value_text")
+
+
+def with_text_views(rows: DataFrame) -> DataFrame:
+    """``rows`` with ``key_text``/``value_text``: the UTF-8 text of ``key``/``value``.
+
+    Also what a batch's writer uses to add them back: its cache leaves them out (text
+    copies of the payload double what it holds; recomputing them costs less).
+    """
+    return rows.withColumns(
+        {"key_text": utf8_text(F.col("key")), "value_text": utf8_text(F.col("value"))}
+    )
+
+
+def to_records(kafka_rows: DataFrame) -> DataFrame:
+    """Map Spark Kafka source columns to the bronze columns but ``ingested_at``.
+
+    The writer stamps ``ingested_at`` after validation, on purpose: a timestamp
+    literal is compiled into the generated code of every stage it enters, so
+    stamping first would recompile validation's large stage every micro-batch.
+
+    ``key`` and ``value`` keep the record's bytes (a tombstone's value stays null);
+    ``key_text``/``value_text`` are their UTF-8 text, null where the bytes are not
+    valid UTF-8.
+    """
+    records = kafka_rows.select(
+        F.col("key"),
+        F.col("value"),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("headers"),
+    )
+    return with_text_views(records).select(
+        [F.col(f.name).cast(f.dataType) for f in KAFKA_RECORD.fields]
+    )
+
+
+def raw_from_text(rows: DataFrame) -> DataFrame:
+    """Rows of the earlier layout (``key``/``value`` as STRING) with the raw columns.
+
+    The STRING columns held the record's exact bytes (invalid UTF-8 included), so the
+    cast back to BINARY is lossless.
+    """
+    raw = {"key": F.col("key").cast("binary"), "value": F.col("value").cast("binary")}
+    return with_text_views(rows.withColumns(raw))

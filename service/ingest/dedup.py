@@ -1,0 +1,127 @@
+"""Drop repeated readings: the same ``event_id`` seen again within the dedup horizon.
+
+Arrival time is ``kafka_timestamp``. A reading is a duplicate when an earlier
+reading with its ``event_id`` arrived at most ``horizon_seconds`` before it,
+either earlier in the same micro-batch or in silver already. A silver row at the
+reading's own Kafka coordinates is the reading itself (a micro-batch replayed
+after a crash), never its duplicate, so replays classify every record the same way.
+
+The search runs on the key columns only (event id, Kafka coordinates): its
+shuffles move a few dozen bytes a reading, not whole readings, and the readings
+themselves are filtered only when the batch has duplicates at all. It first
+narrows the readings to the event ids seen at two Kafka coordinates or more
+(`duplicate_candidates`, one hash aggregation); the windows and the join that
+decide which of them repeat what run on those few rows only.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from service.lake.schemas import SENSOR_DUPLICATES
+
+_ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
+_COORDINATES = ("kafka_partition", "kafka_offset")
+# Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
+BROADCAST_IDS = 1_000_000
+
+
+def find_duplicates(
+    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int, rows: int
+) -> DataFrame:
+    """The silver/sensor_duplicates rows of ``readings``: each repeat and what it repeats.
+
+    ``recent_silver`` is silver/sensor_readings, ideally pruned to the arrival window
+    ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
+    earliest silver reading it matches, else the previous one in the batch.
+    ``rows`` is the number of ``readings``: up to `BROADCAST_IDS` the batch's event
+    ids are broadcast (neither silver nor the batch is shuffled); beyond it (a large
+    replay), Spark plans the joins by its own estimates.
+    """
+    # Silver's rows that share an id with the batch, then the ids at two coordinates.
+    share = rows <= BROADCAST_IDS
+    batch_ids = readings.select("event_id")
+    recent_silver = recent_silver.join(
+        F.broadcast(batch_ids) if share else batch_ids, "event_id", "left_semi"
+    )
+    candidates = duplicate_candidates(readings, recent_silver)
+    candidates = F.broadcast(candidates) if share else candidates
+    readings = readings.join(candidates, "event_id", "left_semi")
+    recent_silver = recent_silver.join(candidates, "event_id", "left_semi")
+    keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")
+    earlier_in_batch = Window.partitionBy("event_id").orderBy(*_ORDER)
+    horizon = F.expr(f"INTERVAL {int(horizon_seconds)} SECONDS")
+    ranked = keys.withColumn(
+        "_previous", F.lag(F.struct(*_ORDER)).over(earlier_in_batch)
+    ).withColumn(
+        "_repeat_in_batch",
+        F.col("_previous").isNotNull()
+        & (F.col("kafka_timestamp") <= F.col("_previous.kafka_timestamp") + horizon),
+    )
+    seen = recent_silver.select(
+        F.col("event_id").alias("_seen_event_id"),
+        F.struct(*_ORDER).alias("_seen"),
+    )
+    matched = ranked.join(
+        seen,
+        (F.col("_seen_event_id") == F.col("event_id"))
+        & (F.col("_seen.kafka_timestamp") <= F.col("kafka_timestamp"))
+        & (F.col("_seen.kafka_timestamp") >= F.col("kafka_timestamp") - horizon)
+        & (
+            (F.col("_seen.kafka_partition") != F.col("kafka_partition"))
+            | (F.col("_seen.kafka_offset") != F.col("kafka_offset"))
+        ),
+        "left",
+    )
+    # A reading may match several silver rows; keep one row per reading, the earliest match.
+    first_match = Window.partitionBy(*_ORDER, "event_id").orderBy(F.col("_seen").asc_nulls_last())
+    original = F.when(F.col("_seen").isNotNull(), F.col("_seen")).when(
+        F.col("_repeat_in_batch"), F.col("_previous")
+    )
+    return (
+        matched.withColumn("_n", F.row_number().over(first_match))
+        .where(F.col("_n") == 1)
+        .withColumn("_original", original)
+        .where(F.col("_original").isNotNull())
+        .select(
+            "event_id",
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset",
+            "kafka_timestamp",
+            "ingested_at",
+            F.col("_original.kafka_partition").alias("original_kafka_partition"),
+            F.col("_original.kafka_offset").alias("original_kafka_offset"),
+        )
+        .select([F.col(f.name).cast(f.dataType) for f in SENSOR_DUPLICATES.fields])
+    )
+
+
+def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:
+    """The ``event_id``s of ``readings`` that ``readings`` and ``recent_silver`` together
+    hold at two Kafka coordinates or more: every id `find_duplicates` can report, and
+    those of repeats beyond the horizon. One aggregation, no sort; usually empty.
+    """
+    at = F.struct(*_COORDINATES)
+    rows = readings.select("event_id", at.alias("_at"), F.lit(True).alias("_batch")).unionByName(
+        recent_silver.select("event_id", at.alias("_at"), F.lit(False).alias("_batch"))
+    )
+    return (
+        rows.groupBy("event_id")
+        .agg(
+            F.min("_at").alias("_first"), F.max("_at").alias("_last"), F.max("_batch").alias("_in")
+        )
+        .where(F.col("_in") & (F.col("_first") != F.col("_last")))
+        .select("event_id")
+    )
+
+
+def without_duplicates(readings: DataFrame, duplicates: DataFrame) -> DataFrame:
+    """``readings`` but the ones at the Kafka coordinates of ``duplicates`` (`find_duplicates`).
+
+    ``duplicates`` is broadcast: it is at most one batch's key columns.
+    """
+    repeats = F.broadcast(duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in _COORDINATES]))
+    same = [F.col(c) == F.col(f"_dup_{c}") for c in _COORDINATES]
+    return readings.join(repeats, same[0] & same[1], "left_anti").select(*readings.columns)

@@ -1,0 +1,173 @@
+"""The event ids silver/sensor_readings received lately, kept in the driver by its writer.
+
+Dedup (`service.ingest.dedup`) searches silver's horizon for a batch's ids: a
+Spark job over the horizon's files, about 0.5 s even for ten readings, that nearly
+always finds nothing. `RecentIds` keeps the event ids of every silver row that
+arrived from a floor on, as 64-bit hashes (a superset: a collision only costs a search).
+A batch whose ids are distinct and none of them kept holds no duplicate, since a
+duplicate repeats an id earlier in its batch or one silver holds within the
+horizon. Such a batch skips the search. Any other batch runs it, and the search
+stays the one definition of a duplicate.
+
+The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
+not the one kept (a start, maintenance, any other writer), and each batch's ids are
+added as it writes. Only small batches are collected to the driver, and only while
+silver holds few ids from the floor on (when it holds more, a load is tried again
+every 5 minutes). At high rates batches are large, their fixed cost matters less,
+and every batch searches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from service.lake.delta import Commit
+from service.lake.live_files import LiveFiles
+
+# Readings a batch may have for its ids to be collected to the driver.
+SMALL_BATCH = 10_000
+# Ids kept at most: about 70 MB of hashes, the horizon and slack at 230 readings/s.
+MOST_IDS = 1_000_000
+# Arrivals may go back between batches (partitions, producers' clocks): ids are kept
+# this long beyond the horizon of the latest batch.
+_SLACK = timedelta(minutes=10)
+# Seconds between attempts to load while silver holds too many ids (each one a read).
+_RETRY_SECONDS = 300.0
+_MICROSECOND = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+def utc_from_micros(micros: int) -> datetime:
+    """A UTC datetime from microseconds since the epoch: exact in every time zone (a
+    collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+class RecentIds:
+    """The ids silver holds from a floor of ``silver``'s column (its arrival time) on.
+
+    Used by silver's writer, one batch at a time: `none_seen` before the batch's
+    silver commit, `committed` after it.
+    """
+
+    def __init__(
+        self,
+        silver: LiveFiles,
+        horizon_seconds: int,
+        most: int = MOST_IDS,
+        small: int = SMALL_BATCH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._silver = silver
+        self._clock = clock
+        # When silver last held too many ids to load, no load is tried before this.
+        self._retry_at = -math.inf
+        self._horizon = timedelta(seconds=horizon_seconds)
+        self._most = most
+        self._small = small
+        # The silver version whose ids are kept; None when none are.
+        self._version: int | None = None
+        # Every silver id that arrived at or after the floor is kept (UTC).
+        self._floor = _NEVER
+        # The ids of each load and batch, with the latest arrival among them.
+        self._kept: deque[tuple[datetime, frozenset[int]]] = deque()
+        self._size = 0
+
+    def none_seen(
+        self,
+        spark: SparkSession,
+        readings: DataFrame,
+        rows: int,
+        first: datetime | None,
+        last: datetime | None,
+    ) -> bool:
+        """Whether ``readings`` (``rows`` of them, arriving within ``[first, last]``, UTC)
+        cannot hold a duplicate: few enough to collect, their ids distinct and unseen.
+
+        Their ids are kept (while any are), so call it once per batch, before its commit.
+        """
+        if first is None or last is None or rows > self._small:
+            self._drop()
+            return False
+        start = first - self._horizon
+        if not self._current(spark, start - _SLACK):
+            return False
+        self._expire(start - _SLACK)
+        ids = [r.id for r in readings.select(_hashed("event_id")).collect()]
+        batch = frozenset(ids)
+        unseen = (
+            start >= self._floor
+            and len(batch) == len(ids)
+            and not any(batch & kept for _, kept in self._kept)
+        )
+        self._keep(last, batch)
+        return unseen
+
+    def committed(self, commit: Commit | None) -> None:
+        """The writer's silver append returned ``commit``: its ids are kept already."""
+        if commit is not None and self._version is not None:
+            if commit.version == self._version + 1:
+                self._version = commit.version
+            else:
+                self._drop()
+
+    @property
+    def size(self) -> int:
+        """How many ids are kept."""
+        return self._size
+
+    def _current(self, spark: SparkSession, floor: datetime) -> bool:
+        """Whether the ids of silver's latest version are kept, loading them from ``floor``
+        on if they are not and there are few enough (else not again for a while)."""
+        version = int(self._silver.version(spark))
+        if version == self._version:
+            return True
+        self._drop()
+        now = self._clock()
+        if now < self._retry_at:
+            return False
+        arrivals = self._silver.read(spark, floor, None).select(
+            _hashed("event_id"), F.unix_micros(self._silver.column).alias("micros")
+        )
+        loaded = arrivals.limit(self._most + 1).toArrow()
+        if loaded.num_rows > self._most:
+            self._retry_at = now + _RETRY_SECONDS
+            return False
+        self._version, self._floor = version, floor
+        if loaded.num_rows:
+            latest = utc_from_micros(pc.max(loaded["micros"]).as_py())
+            self._keep(latest, frozenset(loaded["id"].to_pylist()))
+        return True
+
+    def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
+        if self._version is None:
+            return
+        self._kept.append((latest, ids))
+        self._size += len(ids)
+        if self._size > self._most:
+            self._drop()
+
+    def _expire(self, floor: datetime) -> None:
+        """Forget the oldest ids that all arrived before ``floor``."""
+        while self._kept and self._kept[0][0] < floor:
+            latest, ids = self._kept.popleft()
+            self._size -= len(ids)
+            self._floor = max(self._floor, latest + _MICROSECOND)
+
+    def _drop(self) -> None:
+        self._version, self._floor, self._size = None, _NEVER, 0
+        self._kept.clear()
+
+
+def _hashed(column: str) -> Column:
+    """``column``'s 64-bit hash as ``id``: computed by Spark, so no string leaves the JVM."""
+    return F.xxhash64(column).alias("id")

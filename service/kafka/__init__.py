@@ -1,0 +1,1 @@
+"""Kafka: the source's options, administration, offsets and lag, lost offsets."""

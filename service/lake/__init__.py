@@ -1,0 +1,1 @@
+"""The lake: the table catalogue, Delta writes, checkpoints, the lease, maintenance, storage."""

@@ -1,0 +1,162 @@
+"""Reading the lake's Delta tables without a JVM: delta-rs, and its DataFusion SQL over them.
+
+The operator verbs (`service.verbs.show`, `service.verbs.reconcile`) read through here. A
+table is named by the catalogue (`service.lake.tables`); the storage root is the
+service's own (``INGEST_STORAGE_ROOT``): a local path, or ``s3a://`` (Hadoop's
+scheme) read as ``s3://`` with the S3 settings the driver uses (endpoint,
+credentials, region; plain HTTP when the endpoint says so; path-style requests,
+as for MinIO). Reads take no lease and write nothing: safe beside a running
+driver, which only ever adds versions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from service.config import Settings
+from service.errors import IngestError
+from service.lake.tables import ALL_TABLES, Table
+
+
+class LakeReadError(IngestError):
+    """A table could not be read: storage unreachable, or a query failed to run."""
+
+
+class LakeRequestError(LakeReadError):
+    """What was asked of the lake cannot be answered: no such table or version, invalid SQL."""
+
+
+CATALOGUE: Mapping[str, Table] = {t.name: t for t in ALL_TABLES}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def delta_rs_uri(uri: str) -> str:
+    """``uri`` as delta-rs spells it: ``s3a://`` → ``s3://``, Hadoop's ``file:/abs`` → ``/abs``."""
+    if uri.startswith("s3a://"):
+        return "s3://" + uri.removeprefix("s3a://")
+    if uri.startswith("file://"):
+        return uri.removeprefix("file://")
+    if uri.startswith("file:"):
+        return uri.removeprefix("file:")
+    return uri
+
+
+def storage_options(settings: Settings) -> dict[str, str]:
+    """delta-rs (object_store) options for the S3 settings; empty for a local lake.
+
+    Unset credentials are left to object_store's own chain (environment, web
+    identity, instance profile), as the AWS SDK does for Spark's s3a.
+    """
+    if not settings.uses_s3:
+        return {}
+    options = {"AWS_REGION": settings.aws_region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+    if settings.aws_endpoint_url:
+        options["AWS_ENDPOINT_URL"] = settings.aws_endpoint_url
+        options["AWS_ALLOW_HTTP"] = str(settings.aws_endpoint_url.startswith("http://")).lower()
+    if settings.aws_access_key_id:
+        options["AWS_ACCESS_KEY_ID"] = settings.aws_access_key_id
+    if settings.aws_secret_access_key is not None:
+        options["AWS_SECRET_ACCESS_KEY"] = settings.aws_secret_access_key.get_secret_value()
+    return options
+
+
+@dataclass(frozen=True)
+class LakeReader:
+    """Opens the catalogue's tables under one storage root."""
+
+    root: str
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LakeReader:
+        """The reader of ``settings``' storage root."""
+        return cls(delta_rs_uri(settings.storage_uri), storage_options(settings))
+
+    def uri(self, table: Table) -> str:
+        """Where ``table`` lives, as delta-rs addresses it."""
+        return f"{self.root.rstrip('/')}/{table.name}"
+
+    def open(self, table: Table, version: int | None = None) -> DeltaTable:
+        """``table`` at its latest version, or at ``version`` (time travel).
+
+        Raises `LakeRequestError` when there is no such table or version, and
+        `LakeReadError` when the storage cannot be read.
+        """
+        uri = self.uri(table)
+        try:
+            delta = DeltaTable(uri, storage_options=dict(self.options))
+        except TableNotFoundError as e:
+            raise LakeRequestError(f"no Delta table {table.name} at {uri}") from e
+        except (DeltaError, OSError) as e:
+            raise LakeReadError(f"cannot read {table.name} at {uri}: {one_line(e)}") from e
+        if version is None or version == delta.version():
+            return delta
+        latest = delta.version()
+        if not 0 <= version <= latest:
+            raise LakeRequestError(
+                f"{table.name} has no version {version} (versions 0 to {latest})"
+            )
+        try:
+            delta.load_as_version(version)
+        except (DeltaError, OSError) as e:
+            # Older versions disappear when the log is cleaned up (delta.logRetentionDuration).
+            raise LakeRequestError(
+                f"{table.name} version {version} cannot be read (its log may have been "
+                f"cleaned up): {one_line(e)}"
+            ) from e
+        return delta
+
+    def open_if_exists(self, table: Table) -> DeltaTable | None:
+        """``table`` at its latest version, or None when it does not exist (yet)."""
+        try:
+            return self.open(table)
+        except LakeRequestError:
+            return None
+
+
+def open_sql(tables: Mapping[str, DeltaTable], sql: str) -> pa.RecordBatchReader:
+    """Plan one DataFusion SQL statement over ``tables`` (registered under their keys).
+
+    Raises `LakeRequestError` for a statement that does not plan (syntax, unknown
+    column, types) and `LakeReadError` when the storage cannot be read. Read the
+    result with `read_batches`.
+    """
+    builder = QueryBuilder()
+    for name, delta in tables.items():
+        builder.register(name, delta)
+    try:
+        return pa.RecordBatchReader.from_stream(builder.execute(sql))
+    except DeltaError as e:
+        raise LakeRequestError(one_line(e)) from e
+    except OSError as e:
+        raise LakeReadError(one_line(e)) from e
+
+
+def read_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    """The batches of a planned statement, as they are computed."""
+    while True:
+        try:
+            yield reader.read_next_batch()
+        except StopIteration:
+            return
+        except (DeltaError, OSError) as e:
+            raise LakeReadError(one_line(e)) from e
+
+
+def run_sql(tables: Mapping[str, DeltaTable], sql: str) -> pa.Table:
+    """The whole result of one DataFusion SQL statement over ``tables`` (see `open_sql`)."""
+    reader = open_sql(tables, sql)
+    return pa.Table.from_batches(list(read_batches(reader)), schema=reader.schema)
+
+
+def one_line(error: BaseException) -> str:
+    """delta-rs's multi-line, coloured error text as one plain line."""
+    text = _ANSI.sub("", str(error)).replace("↳", " ")
+    return " ".join(text.split())[:400] or type(error).__name__

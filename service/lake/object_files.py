@@ -1,0 +1,67 @@
+"""Small file reads without a JVM (checkpoint logs, the lease): pyarrow's S3 or local filesystem.
+
+URIs are the service's own: ``s3a://bucket/key`` (the S3 settings the driver uses:
+endpoint, credentials, region; path-style requests, as for MinIO) or Hadoop's
+local ``file:/abs/path``. The same reads as `service.lake.hadoop_fs.HadoopFiles`, for the
+verbs that must answer in a second beside a busy driver.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pyarrow import fs
+
+from service.config import Settings
+
+
+def s3_filesystem(settings: Settings) -> fs.S3FileSystem:
+    """pyarrow's S3 client for ``settings`` (unset credentials: the AWS default chain)."""
+    endpoint = urlsplit(settings.aws_endpoint_url) if settings.aws_endpoint_url else None
+    secret = settings.aws_secret_access_key
+    return fs.S3FileSystem(
+        access_key=settings.aws_access_key_id or None,
+        secret_key=secret.get_secret_value() if secret is not None else None,
+        region=settings.aws_region,
+        endpoint_override=endpoint.netloc if endpoint else None,
+        scheme=endpoint.scheme if endpoint else "https",
+    )
+
+
+class ObjectFiles:
+    """Read and list small files under the service's storage and checkpoint roots."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._s3 = s3_filesystem(settings) if settings.uses_s3 else None
+        self._local = fs.LocalFileSystem()
+
+    def _locate(self, uri: str) -> tuple[fs.FileSystem, str]:
+        if uri.startswith("s3a://"):
+            if self._s3 is None:
+                raise ValueError(f"{uri}: no S3 settings for an s3a:// location")
+            return self._s3, uri.removeprefix("s3a://")
+        return self._local, "/" + uri.removeprefix("file:").lstrip("/")
+
+    def read_text(self, uri: str) -> str | None:
+        """The UTF-8 content of ``uri``, or None if it does not exist."""
+        filesystem, path = self._locate(uri)
+        try:
+            with filesystem.open_input_stream(path) as stream:
+                data: bytes = stream.read()
+        except FileNotFoundError:
+            return None
+        return data.decode("utf-8")
+
+    def list_names(self, uri: str) -> list[str]:
+        """Names of the entries directly under ``uri`` (empty if it does not exist)."""
+        filesystem, path = self._locate(uri)
+        selector = fs.FileSelector(path, allow_not_found=True)
+        return [info.base_name for info in filesystem.get_file_info(selector)]
+
+    def modified(self, uri: str) -> float | None:
+        """The modification time of ``uri`` (unix seconds), None if it does not exist."""
+        filesystem, path = self._locate(uri)
+        info = filesystem.get_file_info(path)
+        if info.type == fs.FileType.NotFound or info.mtime is None:
+            return None
+        return float(info.mtime.timestamp())

@@ -1,0 +1,153 @@
+"""The table catalogue: every Delta table of the lake, its schema, partitioning and properties.
+
+Sinks, start-up checks, ``status`` and the tests read table names and shapes
+from here and nowhere else. An ingest table's schema is declared
+(`service.lake.schemas`); a gold table takes the shape of its query's output, so its
+schema is None and its first append creates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from pyspark.sql.types import StructType
+
+from service.lake.schemas import (
+    BRONZE,
+    OFFSET_GAPS,
+    QUARANTINE,
+    QUARANTINE_REPLAYS,
+    SENSOR_DUPLICATES,
+    SILVER_SENSOR_READINGS,
+    SILVER_USERS,
+    SKIPPED_OFFSETS,
+)
+
+# Delta properties set when a table is created (none beyond Delta's defaults yet).
+_COMMON_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def _stats_on(*columns: str) -> Mapping[str, str]:
+    """Delta file statistics (min/max/nulls) on ``columns`` only: the ones reads prune on.
+
+    By default Delta computes them on a table's first 32 columns for every row it
+    writes, raw payloads and their text included: about a tenth of a large append's
+    CPU, for bounds no read can use (`migrate` sets this on an existing table).
+    """
+    return MappingProxyType({STATS_COLUMNS: ",".join(columns)})
+
+
+# Kafka coordinates and arrival: what replays, reconciliation and dedup select on.
+_ARRIVAL = ("kafka_partition", "kafka_offset", "kafka_timestamp")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One Delta table: ``name`` is its path under the storage root (``layer/table``)."""
+
+    name: str
+    schema: StructType | None = None
+    partition_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(
+        default_factory=lambda: _COMMON_PROPERTIES, hash=False, compare=False
+    )
+    # A table a release added to a query that already ran: created at start when it is
+    # missing, even beside a checkpoint with committed batches (none of which wrote it).
+    added_later: bool = False
+
+    def uri(self, storage_uri: str) -> str:
+        """The table's location under ``storage_uri``."""
+        return f"{storage_uri}/{self.name}"
+
+    def layout_differences(self, actual: StructType) -> list[str]:
+        """How an existing table's columns differ from the declared ones (types, not order).
+
+        Empty when they agree, or when the table has no declared schema.
+        """
+        if self.schema is None:
+            return []
+        found = {f.name: f.dataType.simpleString() for f in actual.fields}
+        differences = []
+        for column in self.schema.fields:
+            expected = column.dataType.simpleString()
+            if column.name not in found:
+                differences.append(f"{column.name} missing, expected {expected}")
+            elif found[column.name] != expected:
+                differences.append(f"{column.name} {found.pop(column.name)}, expected {expected}")
+            else:
+                found.pop(column.name)
+        differences += [f"{name} {kind} not declared" for name, kind in found.items()]
+        return differences
+
+
+class QuerySpec(Protocol):
+    """A streaming query as the lake sees it: its name and the tables it writes.
+
+    The first table is the query's anchor: it receives a commit every batch.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tables(self) -> tuple[Table, ...]: ...
+
+
+_BRONZE_STATS = _stats_on(*_ARRIVAL, "ingested_at")
+BRONZE_USERS = Table("bronze/users", BRONZE, properties=_BRONZE_STATS)
+BRONZE_SENSORS = Table("bronze/sensors", BRONZE, properties=_BRONZE_STATS)
+QUARANTINE_TABLE = Table(
+    "silver/quarantine",
+    QUARANTINE,
+    properties=_stats_on("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at"),
+)
+QUARANTINE_REPLAYS_TABLE = Table("silver/quarantine_replays", QUARANTINE_REPLAYS)
+USERS = Table("silver/users", SILVER_USERS)
+SENSOR_READINGS = Table(
+    "silver/sensor_readings",
+    SILVER_SENSOR_READINGS,
+    ("event_date",),
+    _stats_on("user_id", "event_time", *_ARRIVAL, "ingested_at"),
+)
+SENSOR_DUPLICATES_TABLE = Table("silver/sensor_duplicates", SENSOR_DUPLICATES)
+SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
+OFFSET_GAPS_TABLE = Table("bronze/offset_gaps", OFFSET_GAPS, added_later=True)
+
+# Gold tables are created by their query's first append, which sets their properties.
+# The two that get a row per reading or per join pair keep statistics on what their
+# readers select on; the others are one row per window or alert.
+SENSOR_STATS_1M = Table("gold/sensor_stats_1m")
+HEART_RATE_5M = Table("gold/heart_rate_5m")
+READINGS_ENRICHED = Table(
+    "gold/readings_enriched",
+    properties=_stats_on("user_id", "event_time", *_ARRIVAL, "ingested_at"),
+)
+HEART_RATE_ACTIVITY = Table(
+    "gold/heart_rate_activity", properties=_stats_on("user_id", "hr_event_time", "acc_event_time")
+)
+ALERTS = Table("gold/alerts")
+
+# Written on an operator's word (`replay-quarantine`; the driver's start with
+# INGEST_KAFKA_SKIP_LOST_OFFSETS), not by a streaming query, so no query maintains
+# them: each adds a few small commits.
+OPERATOR_TABLES = (QUARANTINE_REPLAYS_TABLE, SKIPPED_OFFSETS_TABLE)
+
+ALL_TABLES = (
+    BRONZE_USERS,
+    BRONZE_SENSORS,
+    QUARANTINE_TABLE,
+    USERS,
+    SENSOR_READINGS,
+    SENSOR_DUPLICATES_TABLE,
+    QUARANTINE_REPLAYS_TABLE,
+    SKIPPED_OFFSETS_TABLE,
+    OFFSET_GAPS_TABLE,
+    SENSOR_STATS_1M,
+    HEART_RATE_5M,
+    READINGS_ENRICHED,
+    HEART_RATE_ACTIVITY,
+    ALERTS,
+)

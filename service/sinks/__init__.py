@@ -1,1 +1,0 @@
-"""Writing Delta tables idempotently."""

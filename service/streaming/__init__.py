@@ -1,0 +1,1 @@
+"""The streaming machinery ingest and gold share: the Spark session, the query runner."""

@@ -1,0 +1,294 @@
+"""Build the one SparkSession: Delta, the Kafka source and s3a from explicit jars."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import structlog
+from pyspark.sql import SparkSession
+
+from service.config import Settings
+from service.errors import ConfigError
+from service.logs import generated_file, jvm_log_config
+
+log = structlog.get_logger(__name__)
+
+# Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
+# missing `make jars` fails with a hint instead of a ClassNotFoundException later.
+REQUIRED_JAR_PREFIXES = (
+    "delta-spark_",
+    "delta-storage-",
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "commons-pool2-",
+    "hadoop-aws-",
+    "bundle-",
+)
+
+
+def runtime_jars(jars_dir: str) -> list[str]:
+    """Return the jar paths to put on the classpath, or fail naming what is missing."""
+    directory = Path(jars_dir)
+    jars = sorted(str(p) for p in directory.glob("*.jar"))
+    names = [Path(j).name for j in jars]
+    missing = [p for p in REQUIRED_JAR_PREFIXES if not any(n.startswith(p) for n in names)]
+    if missing:
+        raise ConfigError(
+            f"invalid configuration: INGEST_JARS_DIR: {jars_dir} lacks {', '.join(missing)}"
+            " (run `make jars` to resolve them from Maven Central)"
+        )
+    return jars
+
+
+# HotSpot options of every Spark JVM: JIT-compile methods of any size (`spark_conf`).
+_JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """Return the Spark configuration for ``settings`` (pure: no session is touched).
+
+    Credentials are deliberately absent: s3a reads the standard ``AWS_*`` variables
+    from the JVM's environment, so secrets never appear on a command line or in the UI.
+    """
+    jars = runtime_jars(settings.jars_dir)
+    conf = {
+        "spark.master": settings.spark_master,
+        **_classpath_conf(settings, jars),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        # Ingest and gold queries run their jobs in two pools (service.streaming.queries), FAIR
+        # between them: gold's five queries cannot starve the two ingest queries.
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(scheduler_pools_file()),
+        "spark.ui.enabled": str(settings.spark_ui_enabled).lower(),
+        "spark.ui.port": str(settings.spark_ui_port),
+        "spark.ui.showConsoleProgress": "false",
+        # Exactly-once on Delta needs synchronous offset commits.
+        "spark.sql.streaming.asyncProgressTrackingEnabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Per state store: 2 memtables of 16 MB + Spark's 8 MB block cache.
+        "spark.sql.streaming.stateStore.rocksdb.writeBufferSizeMB": "16",
+        "spark.sql.streaming.stateStore.rocksdb.maxWriteBufferNumber": "2",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Parquet timestamps as INT64 microseconds, not Spark's default legacy INT96: Arrow
+        # readers (delta-rs, Polars, DuckDB) read INT96 as nanoseconds, which overflow
+        # outside 1677-2262 (a valid event_time may be in year 1).
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # Delta rebuilds a table's state (log replay) in a Spark job before every write;
+        # its default of 50 partitions makes that job ~50 tasks, the largest fixed cost
+        # of a small micro-batch. Sized like the shuffles instead.
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark_shuffle_partitions),
+        # Delta's VACUUM lists a table in exactly this many tasks (Spark's default is
+        # 10,000: ~30 s of empty tasks per VACUUM of a small table); sized like the shuffles.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            settings.spark_shuffle_partitions
+        ),
+        # Generated classes are cached by their code; 7 queries' stages outgrow the
+        # default 100 entries and recompile every micro-batch.
+        "spark.sql.codegen.cache.maxEntries": "1000",
+        # Validation's staged fields generate a method of 19,000 bytecodes, which
+        # HotSpot never JIT-compiles by default: it ran interpreted (6.7 s for 300,000
+        # readings), or per operator under Spark's advice for HotSpot
+        # (`spark.sql.codegen.hugeMethodLimit` 8000: 5.4 s, each operator copying the
+        # wide staged row). The JVMs compile it instead (`_JIT_OPTIONS`): 3.8 s
+        # (`cluster_conf` sets the executors' too). Default options: Spark puts a
+        # deployment's extraJavaOptions after them.
+        "spark.driver.defaultJavaOptions": _JIT_OPTIONS,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
+        "spark.hadoop.fs.s3a.fast.upload": "true",
+        # Ride out a storage outage of minutes and resume within seconds of its end: s3a's
+        # own retries (around the SDK's attempts) back off exponentially, so with 10 of
+        # them the one that finds the store back came up to minutes late (README).
+        "spark.hadoop.fs.s3a.retry.limit": "3",
+        "spark.hadoop.fs.s3a.attempts.maximum": "20",
+    }
+    if settings.compact_min_files is not None:
+        # Small files from frequent micro-batches compacted by the writer itself, right
+        # after its commit (a dataChange=false commit that stream readers skip): the
+        # single writer stays the only writer (DESIGN.md §8).
+        conf["spark.databricks.delta.autoCompact.enabled"] = "true"
+        conf["spark.databricks.delta.autoCompact.minNumFiles"] = str(settings.compact_min_files)
+    if settings.state_store_memory_mb is not None:
+        # One budget for all stores of a JVM; Spark then reports 0 memory per store.
+        conf["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] = "true"
+        conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] = str(
+            settings.state_store_memory_mb
+        )
+    if settings.aws_endpoint_url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.aws_endpoint_url
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+            settings.aws_endpoint_url.startswith("https://")
+        ).lower()
+    conf.update(cluster_conf(settings))
+    return conf
+
+
+# Pool name → (weight, minimum share in cores).
+SCHEDULER_POOLS = {"ingest": (3, 1), "gold": (1, 0)}
+
+
+def scheduler_pools_file() -> Path:
+    """Write the FAIR scheduler's pool definitions (SCHEDULER_POOLS); return the file."""
+    pools = "".join(
+        f'  <pool name="{name}"><schedulingMode>FAIR</schedulingMode>'
+        f"<weight>{weight}</weight><minShare>{min_share}</minShare></pool>\n"
+        for name, (weight, min_share) in SCHEDULER_POOLS.items()
+    )
+    text = f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n'
+    return generated_file("fairscheduler", ".xml", text)
+
+
+def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:
+    """Add the jars to the executors' user classpath (after Spark's own), on a cluster.
+
+    In local mode the executor lives in the driver's JVM, which has them on its own
+    classpath (`local_mode_classpath`). On a cluster without ``spark_executor_jars_dir``
+    the driver serves its jars to every executor; with it, ``local:`` URIs name the same
+    jars at that path on every host (baked into the image, or a worker's cache), so a new
+    executor does not first download the ~560 MB AWS SDK bundle from the driver. Never
+    extraClassPath: that would put the bundle's unshaded netty and slf4j 1.x ahead of
+    Spark's.
+    """
+    if _is_local(settings.spark_master):
+        return {}
+    if settings.spark_executor_jars_dir is None:
+        return {"spark.jars": ",".join(jars)}
+    directory = settings.spark_executor_jars_dir.rstrip("/")
+    return {"spark.jars": ",".join(f"local:{directory}/{Path(jar).name}" for jar in jars)}
+
+
+def local_mode_classpath(settings: Settings) -> list[str]:
+    """The jars the driver JVM's classpath ends with in local mode (empty on a cluster).
+
+    ``spark.jars`` would have every run copy them (~560 MB) into its temporary
+    directory for the in-process executor, and a killed driver leaves that copy
+    behind; Spark's launcher appends ``SPARK_DIST_CLASSPATH`` after its own jars instead.
+    """
+    return runtime_jars(settings.jars_dir) if _is_local(settings.spark_master) else []
+
+
+def _is_local(master: str) -> bool:
+    """Whether ``master`` runs the executor in the driver's JVM (not ``local-cluster``)."""
+    return master == "local" or master.startswith("local[")
+
+
+def cluster_conf(settings: Settings) -> dict[str, str]:
+    """Return the executor-side settings for a cluster master (spark://, k8s://).
+
+    Only the settings that are set appear; ``spark_extra_conf`` comes last and wins.
+    """
+    optional: dict[str, str | int | None] = {
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_bind_address,
+        "spark.driver.port": settings.spark_driver_port,
+        "spark.driver.blockManager.port": settings.spark_driver_block_manager_port,
+        "spark.executor.memory": settings.spark_executor_memory,
+        "spark.executor.cores": settings.spark_executor_cores,
+        "spark.executor.instances": settings.spark_executor_instances,
+        "spark.cores.max": settings.spark_cores_max,
+        "spark.local.dir": settings.spark_local_dir,
+        # In local mode the executor is the driver's JVM.
+        "spark.executor.defaultJavaOptions": (
+            None if _is_local(settings.spark_master) else _JIT_OPTIONS
+        ),
+        "spark.kubernetes.container.image": settings.spark_kubernetes_container_image,
+        "spark.kubernetes.namespace": settings.spark_kubernetes_namespace,
+        "spark.kubernetes.authenticate.driver.serviceAccountName": (
+            settings.spark_kubernetes_service_account
+        ),
+        "spark.kubernetes.executor.podTemplateFile": (
+            settings.spark_kubernetes_executor_pod_template
+        ),
+    }
+    conf = {key: str(value) for key, value in optional.items() if value is not None}
+    conf.update(settings.spark_extra_conf)
+    return conf
+
+
+# Beside the Python packages whose jars it records: one per virtualenv (`make cds`).
+DEFAULT_CDS_ARCHIVE = Path(sys.prefix) / "share" / "lakehouse-ingest" / "driver-classes.jsa"
+
+
+def cds_archive(settings: Settings) -> Path | None:
+    """The driver JVM's class-data-sharing archive to start with, if there is one.
+
+    Built by ``make cds`` (deploy/local/cds.py) from a real driver run: mapping the
+    classes it loaded instead of loading and verifying them again cuts a driver start
+    by about a third of its CPU.
+    """
+    if settings.spark_cds_archive == "":
+        return None
+    path = Path(settings.spark_cds_archive or DEFAULT_CDS_ARCHIVE)
+    return path if path.is_file() else None
+
+
+def driver_java_options(extra: str, log_config: Path, archive: Path | None) -> str:
+    """The driver JVM's options: ``extra`` (``spark.driver.extraJavaOptions``), the JSON
+    log configuration and the class-data archive. An archive the JVM cannot use (other
+    jars, another JDK) is skipped without a word, so stdout stays JSON lines."""
+    options = [extra, f"-Dlog4j2.configurationFile=file:{log_config}"]
+    if archive is not None:
+        options += [
+            f"-XX:SharedArchiveFile={archive}",
+            "-Xshare:auto",
+            "-Xlog:cds=off",
+            "-Xlog:cds+dynamic=off",
+        ]
+    return " ".join(option for option in options if option)
+
+
+def build_spark(
+    settings: Settings, app_name: str = "lakehouse-ingest", jvm_log_target: str = "SYSTEM_OUT"
+) -> SparkSession:
+    """Create (or return) the process's SparkSession configured for ``settings``.
+
+    The driver JVM logs JSON lines like the Python side (service/logs.py), to
+    ``jvm_log_target`` (``SYSTEM_ERR`` for commands whose stdout is their report).
+    """
+    conf = spark_conf(settings)
+    conf["spark.app.name"] = app_name
+    log_config = jvm_log_config(settings.log_format, settings.log_level, target=jvm_log_target)
+    archive = cds_archive(settings)
+    if archive is None and settings.spark_cds_archive:
+        log.warning("cds_archive_missing", path=settings.spark_cds_archive)
+    conf["spark.driver.extraJavaOptions"] = driver_java_options(
+        conf.get("spark.driver.extraJavaOptions", ""), log_config, archive
+    )
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    with _launcher_classpath(local_mode_classpath(settings)):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if settings.log_level in ("DEBUG", "INFO") else "ERROR")
+    return spark
+
+
+@contextmanager
+def _launcher_classpath(jars: list[str]) -> Iterator[None]:
+    """Have Spark's launcher append ``jars`` to the JVM's classpath (``SPARK_DIST_CLASSPATH``,
+    after Spark's own jars) while the session starts; the variable is restored after, so
+    child processes do not inherit it."""
+    name = "SPARK_DIST_CLASSPATH"
+    inherited = os.environ.get(name)
+    present = [p for p in (inherited or "").split(os.pathsep) if p]
+    if jars:
+        os.environ[name] = os.pathsep.join([*present, *(j for j in jars if j not in present)])
+    try:
+        yield
+    finally:
+        if inherited is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = inherited

@@ -1,1 +1,0 @@
-"""Pure DataFrame → DataFrame functions: no reads, writes, actions or logging."""

@@ -1,0 +1,1 @@
+"""The operator verbs: status, show, reconcile, replay-quarantine, migrate, generate."""

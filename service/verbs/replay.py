@@ -1,0 +1,335 @@
+"""`lakehouse-ingest replay-quarantine`: send quarantined records that now pass to silver, once.
+
+After a fix (a producer's clock, ``INGEST_MAX_FUTURE_SECONDS`` raised, a value the
+contract now accepts), the quarantined records a selection names are read back from
+bronze (their exact bytes) and go through what live records go through
+(`service.ingest.writer`): validation with the current settings, then for readings the
+dedup against silver (a reading already there lands in silver/sensor_duplicates) and
+for users the MERGE's ordering rules. What passes lands in silver; gold's streams
+read it like late data. Quarantine rows are kept: silver/quarantine_replays records
+per record and replay what happened (``silver``, ``duplicate``, or ``rejected`` with
+the code the record fails with now, so a later replay may take it again).
+
+A replay runs under the driver lease (never beside a running driver) and commits
+under the Delta app id ``lakehouse-ingest:replay:<replay id>``: its plan (the
+records it takes, version 0), the silver writes (version 1, one per table), its
+outcomes (version 2). A replay killed part-way has a plan and no outcomes: the next
+run resumes it with its own plan before selecting anything new, and Delta skips the
+writes it already committed, so every record lands once. Records a replay moved are
+never selected again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Literal
+
+import structlog
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from service.config import Settings
+from service.ingest.dedup import find_duplicates, without_duplicates
+from service.ingest.query import IngestQuery, ingest_queries
+from service.ingest.sensors import to_sensor_readings
+from service.ingest.users import latest_user_changes
+from service.ingest.users_merge import merge_users_once
+from service.ingest.validation import split_valid_invalid
+from service.ingest.writer import recent_readings, silver_files, summarize
+from service.lake.checkpoints import APP_ID_PREFIX
+from service.lake.delta import append_once, ensure_table
+from service.lake.lease import acquire_driver_lease
+from service.lake.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
+from service.lake.tables import (
+    BRONZE_SENSORS,
+    BRONZE_USERS,
+    QUARANTINE_REPLAYS_TABLE,
+    QUARANTINE_TABLE,
+    SENSOR_DUPLICATES_TABLE,
+    SENSOR_READINGS,
+    USERS,
+)
+from service.streaming.session import build_spark
+from service.verbs.reconcile import MOVED
+
+log = structlog.get_logger(__name__)
+
+PLANNED, REJECTED = "planned", "rejected"
+SILVER, DUPLICATE = MOVED
+_PLAN, _WRITES, _OUTCOMES = 0, 1, 2  # txn versions of a replay's commits
+_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """Which quarantined records to replay; every given filter must hold."""
+
+    error_codes: tuple[str, ...] = ()
+    topic: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    time_column: Literal["quarantined_at", "kafka_timestamp"] = "quarantined_at"
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a run replayed (or, with ``dry_run``, would): counts by code and by outcome."""
+
+    dry_run: bool
+    replay_ids: list[str]
+    resumed: list[str]
+    selected: dict[str, int]
+    outcomes: dict[str, int]
+    rejected: dict[str, int]
+    sample: list[dict[str, object]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """The report as one JSON document."""
+        return json.dumps(asdict(self), default=str)
+
+    def to_text(self) -> str:
+        """The report for a terminal."""
+        verb = "would replay" if self.dry_run else "replayed"
+        total = sum(self.selected.values())
+        lines = [f"{verb} {total} quarantined records"]
+        if self.resumed:
+            lines.append(f"resumed interrupted replays: {', '.join(self.resumed)}")
+        if self.replay_ids and not self.dry_run:
+            lines.append(f"replay ids: {', '.join(self.replay_ids)}")
+        lines += [f"  quarantined as {code}: {n}" for code, n in sorted(self.selected.items())]
+        lines += [f"  -> {outcome}: {n}" for outcome, n in sorted(self.outcomes.items())]
+        lines += [f"     still {code}: {n}" for code, n in sorted(self.rejected.items())]
+        lines += [f"  e.g. {json.dumps(s, default=str)}" for s in self.sample]
+        return "\n".join(lines)
+
+
+def select_quarantined(
+    quarantine: DataFrame, replays: DataFrame, request: ReplayRequest, topics: Sequence[str]
+) -> DataFrame:
+    """Coordinates and code of the quarantined records of ``topics`` that ``request`` names
+    and no replay has moved to silver."""
+    rows = quarantine.where(F.col("kafka_topic").isin(list(topics)))
+    if request.topic is not None:
+        rows = rows.where(F.col("kafka_topic") == request.topic)
+    if request.error_codes:
+        rows = rows.where(F.col("error_code").isin(list(request.error_codes)))
+    if request.since is not None:
+        rows = rows.where(F.col(request.time_column) >= F.lit(request.since))
+    if request.until is not None:
+        rows = rows.where(F.col(request.time_column) < F.lit(request.until))
+    moved = replays.where(F.col("outcome").isin(list(MOVED))).select(*COORDINATES)
+    return rows.join(moved, list(COORDINATES), "left_anti").select(*COORDINATES, "error_code")
+
+
+def unfinished_replays(replays: DataFrame) -> list[str]:
+    """Ids of replays with a plan and no outcomes (killed part-way), oldest first."""
+    states = replays.groupBy("replay_id").agg(
+        F.min("replayed_at").alias("planned_at"),
+        F.max(F.when(F.col("outcome") != PLANNED, 1).otherwise(0)).alias("finished"),
+    )
+    rows = states.where(F.col("finished") == 0).orderBy("planned_at", "replay_id").collect()
+    return [str(r["replay_id"]) for r in rows]
+
+
+def classify(parsed: DataFrame, duplicates: DataFrame | None) -> DataFrame:
+    """One outcome row per record of ``parsed`` (validated): rejected with its new code,
+    else duplicate when it is one of ``duplicates``' coordinates, else silver."""
+    repeats = (
+        duplicates.select(*COORDINATES).withColumn("_repeat", F.lit(True))
+        if duplicates is not None
+        else None
+    )
+    rows = parsed.select(*COORDINATES, "kafka_timestamp", "error_code", "error_detail")
+    if repeats is not None:
+        rows = rows.join(repeats, list(COORDINATES), "left")
+    repeat: Column = F.col("_repeat").isNotNull() if repeats is not None else F.lit(False)
+    outcome = (
+        F.when(F.col("error_code").isNotNull(), REJECTED).when(repeat, DUPLICATE).otherwise(SILVER)
+    )
+    return rows.withColumn("outcome", outcome).select(
+        *COORDINATES, "kafka_timestamp", "outcome", "error_code", "error_detail"
+    )
+
+
+def replay_quarantine(settings: Settings, request: ReplayRequest) -> ReplayReport:
+    """The ``replay-quarantine`` verb; a dry run takes no lease and writes nothing."""
+    spark = build_spark(settings, "lakehouse-ingest-replay", jvm_log_target="SYSTEM_ERR")
+    if request.dry_run:
+        return _Replayer(spark, settings).run(request)
+    lease = acquire_driver_lease(settings)
+    try:
+        return _Replayer(spark, settings, lease.fence).run(request)
+    finally:
+        lease.release()
+
+
+class _Replayer:
+    """One run: resume interrupted replays, then replay the new selection."""
+
+    def __init__(
+        self, spark: SparkSession, settings: Settings, fence: Callable[[], None] | None = None
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.fence = fence
+        self.replays_uri = QUARANTINE_REPLAYS_TABLE.uri(settings.storage_uri)
+        self.queries = {q.topic: q for q in ingest_queries(settings)}
+
+    def _read(self, uri: str) -> DataFrame:
+        return self.spark.read.format("delta").load(uri)
+
+    def run(self, request: ReplayRequest) -> ReplayReport:
+        if not request.dry_run:
+            ensure_table(self.spark, self.replays_uri, QUARANTINE_REPLAYS_TABLE)
+        replays = self._replays()
+        resumed = [] if request.dry_run else unfinished_replays(replays)
+        outcomes: list[DataFrame] = []
+        counts: dict[str, int] = {}
+        for replay_id in resumed:
+            plan = replays.where(
+                (F.col("replay_id") == replay_id) & (F.col("outcome") == PLANNED)
+            ).select(*COORDINATES, "error_code")
+            log.info("replay_resumed", replay_id=replay_id)
+            _add_counts(counts, plan)
+            outcomes.append(self._replay(replay_id, plan, write_plan=False))
+        selected = select_quarantined(
+            self._read(QUARANTINE_TABLE.uri(self.settings.storage_uri)),
+            self._replays(),
+            request,
+            list(self.queries),
+        ).persist()
+        replay_ids = list(resumed)
+        if _add_counts(counts, selected):
+            replay_id = uuid.uuid4().hex
+            replay_ids.append(replay_id)
+            outcome = self._replay(replay_id, selected, not request.dry_run, request.dry_run)
+            outcomes.append(outcome)
+        report = _report(request.dry_run, replay_ids, resumed, counts, outcomes)
+        selected.unpersist()
+        summary = {k: v for k, v in asdict(report).items() if k != "sample"}
+        log.info("quarantine_replayed", **summary)
+        return report
+
+    def _replays(self) -> DataFrame:
+        """silver/quarantine_replays, or no rows when it does not exist yet."""
+        if DeltaTable.isDeltaTable(self.spark, self.replays_uri):
+            return self._read(self.replays_uri)
+        return self.spark.createDataFrame([], QUARANTINE_REPLAYS)
+
+    def _replay(
+        self, replay_id: str, plan: DataFrame, write_plan: bool, dry_run: bool = False
+    ) -> DataFrame:
+        """Replay the records of ``plan`` as ``replay_id``; return their outcomes."""
+        app_id = f"{APP_ID_PREFIX}:replay:{replay_id}"
+        stamp = F.lit(datetime.now(UTC))
+        if write_plan:
+            planned = plan.select(
+                *COORDINATES,
+                F.lit(None).cast("timestamp").alias("kafka_timestamp"),
+                F.lit(replay_id).alias("replay_id"),
+                stamp.alias("replayed_at"),
+                F.lit(PLANNED).alias("outcome"),
+                F.col("error_code"),
+                F.lit(None).cast("string").alias("error_detail"),
+            )
+            self._append(planned, self.replays_uri, app_id, _PLAN)
+            log.info("replay_planned", replay_id=replay_id)
+        outcomes = []
+        for topic, query in self.queries.items():
+            mine = plan.where(F.col("kafka_topic") == topic)
+            outcomes.append(self._replay_topic(query, mine, app_id, stamp, dry_run))
+        result = reduce(DataFrame.unionByName, outcomes).persist()
+        if not dry_run:
+            rows = result.select(
+                *COORDINATES,
+                "kafka_timestamp",
+                F.lit(replay_id).alias("replay_id"),
+                stamp.alias("replayed_at"),
+                "outcome",
+                "error_code",
+                "error_detail",
+            )
+            self._append(rows, self.replays_uri, app_id, _OUTCOMES)
+            log.info("replay_done", replay_id=replay_id)
+        return result
+
+    def _replay_topic(
+        self, query: IngestQuery, plan: DataFrame, app_id: str, stamp: Column, dry_run: bool
+    ) -> DataFrame:
+        """Validate and write one topic's planned records as live records are; their outcomes."""
+        bronze = BRONZE_USERS if query.kind == "users" else BRONZE_SENSORS
+        records = self._read(bronze.uri(self.settings.storage_uri)).join(
+            plan.select(*COORDINATES), list(COORDINATES), "left_semi"
+        )
+        parsed = (
+            query.validate(records.select(*KAFKA_RECORD.fieldNames()), self.settings)
+            .withColumn(INGESTED_AT.name, stamp)
+            .persist()
+        )
+        summary = summarize(parsed)
+        valid, _ = split_valid_invalid(parsed)
+        if query.kind == "users":
+            if summary.valid and not dry_run:
+                self._merge_users(latest_user_changes(valid), app_id)
+            return classify(parsed, None)
+        readings = to_sensor_readings(valid)
+        silver = silver_files(self.settings)
+        recent = recent_readings(self.spark, silver, summary, self.settings)
+        horizon = self.settings.dedup_horizon_seconds
+        duplicates = find_duplicates(readings, recent, horizon, summary.valid)
+        duplicates = duplicates.persist()
+        if summary.valid and not dry_run:
+            storage = self.settings.storage_uri
+            if not duplicates.isEmpty():
+                self._append(duplicates, SENSOR_DUPLICATES_TABLE.uri(storage), app_id, _WRITES)
+            fresh = without_duplicates(readings, duplicates)
+            self._append(fresh, SENSOR_READINGS.uri(storage), app_id, _WRITES)
+        return classify(parsed, duplicates)
+
+    def _append(self, rows: DataFrame, uri: str, app_id: str, version: int) -> None:
+        if self.fence is not None:
+            self.fence()
+        append_once(rows.coalesce(self.settings.spark_shuffle_partitions), uri, app_id, version)
+
+    def _merge_users(self, changes: DataFrame, app_id: str) -> None:
+        if self.fence is not None:
+            self.fence()
+        merge_users_once(changes, USERS.uri(self.settings.storage_uri), app_id, _WRITES)
+
+
+def _add_counts(counts: dict[str, int], plan: DataFrame) -> int:
+    """Add ``plan``'s records per error code to ``counts``; return how many it has."""
+    total = 0
+    for row in plan.groupBy("error_code").agg(F.count("*").alias("n")).collect():
+        counts[row["error_code"]] = counts.get(row["error_code"], 0) + int(row["n"])
+        total += int(row["n"])
+    return total
+
+
+def _report(
+    dry_run: bool,
+    replay_ids: list[str],
+    resumed: list[str],
+    selected: dict[str, int],
+    outcomes: list[DataFrame],
+) -> ReplayReport:
+    by_outcome: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    sample: list[dict[str, object]] = []
+    for result in outcomes:
+        for row in result.groupBy("outcome", "error_code").agg(F.count("*").alias("n")).collect():
+            by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + int(row["n"])
+            if row["outcome"] == REJECTED:
+                rejected[row["error_code"]] = rejected.get(row["error_code"], 0) + int(row["n"])
+        if len(sample) < _SAMPLE:
+            picked = result.orderBy(*COORDINATES).limit(_SAMPLE - len(sample)).collect()
+            sample += [r.asDict() for r in picked]
+        result.unpersist()
+    return ReplayReport(dry_run, replay_ids, resumed, selected, by_outcome, rejected, sample)
