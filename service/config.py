@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
@@ -119,6 +120,106 @@ class KafkaConnection:
             config["ssl.certificate.location"] = self.ssl_keystore_location
             config["ssl.key.location"] = self.ssl_keystore_location
         return config
+
+
+@dataclass(frozen=True)
+class Location:
+    """A storage location as the service spells it: ``s3a://bucket/key`` (Hadoop's scheme)
+    or a local path (Hadoop's ``file:/abs/path``), with each client's spelling of it."""
+
+    uri: str
+
+    @property
+    def on_s3(self) -> bool:
+        """Whether the location is on an S3 endpoint."""
+        return self.uri.startswith("s3a://")
+
+    @property
+    def bucket(self) -> str:
+        """The S3 bucket (empty for a local path)."""
+        return urlsplit(self.uri).netloc if self.on_s3 else ""
+
+    @property
+    def key(self) -> str:
+        """The S3 object key, or the local path."""
+        if self.on_s3:
+            return urlsplit(self.uri).path.lstrip("/")
+        return "/" + self.uri.removeprefix("file://").removeprefix("file:").lstrip("/")
+
+    def for_pyarrow(self) -> str:
+        """pyarrow's path: ``bucket/key``, or the local path."""
+        return f"{self.bucket}/{self.key}" if self.on_s3 else self.key
+
+    def for_delta_rs(self) -> str:
+        """delta-rs's URI: ``s3://bucket/key``, or the local path."""
+        return f"s3://{self.for_pyarrow()}" if self.on_s3 else self.key
+
+
+@dataclass(frozen=True)
+class StorageConnection:
+    """How to reach the object store, with one method per client's spelling of it: Hadoop's
+    s3a (the driver's Spark), pyarrow (checkpoint reads), boto3 (the lease), delta-rs
+    (`show`, `reconcile`, `status`).
+
+    Unset credentials are left to each client's default chain (environment, web
+    identity, instance profile); requests are path-style, as MinIO needs.
+    """
+
+    endpoint_url: str | None
+    access_key_id: str | None
+    secret_access_key: SecretStr | None
+    region: str
+
+    @property
+    def _secret(self) -> str | None:
+        return self.secret_access_key.get_secret_value() if self.secret_access_key else None
+
+    def hadoop_options(self) -> dict[str, str]:
+        """Spark configuration of Hadoop's s3a. Credentials are deliberately absent: s3a
+        reads the standard ``AWS_*`` variables itself, so they never appear in Spark's
+        configuration (UI, event log)."""
+        options = {
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.endpoint.region": self.region,
+        }
+        if self.endpoint_url:
+            options["spark.hadoop.fs.s3a.endpoint"] = self.endpoint_url
+            options["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+                self.endpoint_url.startswith("https://")
+            ).lower()
+        return options
+
+    def pyarrow_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``pyarrow.fs.S3FileSystem``."""
+        endpoint = urlsplit(self.endpoint_url) if self.endpoint_url else None
+        return {
+            "access_key": self.access_key_id or None,
+            "secret_key": self._secret,
+            "region": self.region,
+            "endpoint_override": endpoint.netloc if endpoint else None,
+            "scheme": endpoint.scheme if endpoint else "https",
+        }
+
+    def boto3_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``boto3.client("s3", ...)`` but its ``config``."""
+        return {
+            "endpoint_url": self.endpoint_url or None,
+            "aws_access_key_id": self.access_key_id or None,
+            "aws_secret_access_key": self._secret,
+            "region_name": self.region,
+        }
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """delta-rs (object_store) storage options."""
+        options = {"AWS_REGION": self.region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+        if self.endpoint_url:
+            options["AWS_ENDPOINT_URL"] = self.endpoint_url
+            options["AWS_ALLOW_HTTP"] = str(self.endpoint_url.startswith("http://")).lower()
+        if self.access_key_id:
+            options["AWS_ACCESS_KEY_ID"] = self.access_key_id
+        if self._secret is not None:
+            options["AWS_SECRET_ACCESS_KEY"] = self._secret
+        return options
 
 
 def _jaas_quoted(text: str) -> str:
@@ -331,6 +432,16 @@ class Settings(BaseSettings):
             sasl_password=self.kafka_sasl_password,
             ssl_ca_location=self.kafka_ssl_ca_location,
             ssl_keystore_location=self.kafka_ssl_keystore_location,
+        )
+
+    @property
+    def storage(self) -> StorageConnection:
+        """The object store connection settings."""
+        return StorageConnection(
+            endpoint_url=self.aws_endpoint_url,
+            access_key_id=self.aws_access_key_id,
+            secret_access_key=self.aws_secret_access_key,
+            region=self.aws_region,
         )
 
     @property

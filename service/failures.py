@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from botocore.exceptions import ClientError
 
+from service.config import Location
 from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
 
 # s3a's translation of an HTTP 401/403 (and the JVM's for a local permission denial).
@@ -52,11 +53,10 @@ def _with_bucket(path: str, roots: Sequence[str]) -> str:
     data file, a Delta commit) and the key lies under one of the lake's s3a ``roots``."""
     if "://" in path or path.startswith("/"):
         return path
-    for root in roots:
-        if root.startswith("s3a://"):
-            bucket, _, prefix = root.removeprefix("s3a://").rstrip("/").partition("/")
-            if not prefix or path.startswith(prefix + "/"):
-                return f"s3a://{bucket}/{path}"
+    for root in map(Location, roots):
+        prefix = root.key.rstrip("/")
+        if root.on_s3 and (not prefix or path.startswith(prefix + "/")):
+            return f"s3a://{root.bucket}/{path}"
     return path
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from service.config import Settings
+from service.config import Location, Settings
 from service.errors import IngestError
 from service.lake.tables import ALL_TABLES, Table
 
@@ -37,36 +37,6 @@ CATALOGUE: Mapping[str, Table] = {t.name: t for t in ALL_TABLES}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def delta_rs_uri(uri: str) -> str:
-    """``uri`` as delta-rs spells it: ``s3a://`` → ``s3://``, Hadoop's ``file:/abs`` → ``/abs``."""
-    if uri.startswith("s3a://"):
-        return "s3://" + uri.removeprefix("s3a://")
-    if uri.startswith("file://"):
-        return uri.removeprefix("file://")
-    if uri.startswith("file:"):
-        return uri.removeprefix("file:")
-    return uri
-
-
-def storage_options(settings: Settings) -> dict[str, str]:
-    """delta-rs (object_store) options for the S3 settings; empty for a local lake.
-
-    Unset credentials are left to object_store's own chain (environment, web
-    identity, instance profile), as the AWS SDK does for Spark's s3a.
-    """
-    if not settings.uses_s3:
-        return {}
-    options = {"AWS_REGION": settings.aws_region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
-    if settings.aws_endpoint_url:
-        options["AWS_ENDPOINT_URL"] = settings.aws_endpoint_url
-        options["AWS_ALLOW_HTTP"] = str(settings.aws_endpoint_url.startswith("http://")).lower()
-    if settings.aws_access_key_id:
-        options["AWS_ACCESS_KEY_ID"] = settings.aws_access_key_id
-    if settings.aws_secret_access_key is not None:
-        options["AWS_SECRET_ACCESS_KEY"] = settings.aws_secret_access_key.get_secret_value()
-    return options
-
-
 @dataclass(frozen=True)
 class LakeReader:
     """Opens the catalogue's tables under one storage root."""
@@ -77,7 +47,9 @@ class LakeReader:
     @classmethod
     def from_settings(cls, settings: Settings) -> LakeReader:
         """The reader of ``settings``' storage root."""
-        return cls(delta_rs_uri(settings.storage_uri), storage_options(settings))
+        return cls(
+            Location(settings.storage_uri).for_delta_rs(), settings.storage.delta_rs_options()
+        )
 
     def uri(self, table: Table) -> str:
         """Where ``table`` lives, as delta-rs addresses it."""

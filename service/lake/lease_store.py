@@ -20,13 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from service.config import Settings
+from service.config import Location, Settings
 
 # What a store raises when the storage does not answer or refuses (not a lost race).
 STORE_ERRORS = (OSError, BotoCoreError, ClientError)
@@ -58,7 +57,7 @@ class LeaseStore(Protocol):
 
 def lease_store(settings: Settings, uri: str) -> LeaseStore:
     """The store for a lease at ``uri`` (``s3a://bucket/key`` or ``file:/path``)."""
-    if uri.startswith("s3a://"):
+    if Location(uri).on_s3:
         return S3LeaseStore(settings, uri)
     return LocalLeaseStore(uri)
 
@@ -68,15 +67,11 @@ class S3LeaseStore:
 
     def __init__(self, settings: Settings, uri: str) -> None:
         self.uri = uri
-        parts = urlsplit(uri)
-        self._bucket, self._key = parts.netloc, parts.path.lstrip("/")
-        secret = settings.aws_secret_access_key
+        location = Location(uri)
+        self._bucket, self._key = location.bucket, location.key
         self._s3: Any = boto3.client(
             "s3",
-            endpoint_url=settings.aws_endpoint_url or None,
-            aws_access_key_id=settings.aws_access_key_id or None,
-            aws_secret_access_key=secret.get_secret_value() if secret is not None else None,
-            region_name=settings.aws_region,
+            **settings.storage.boto3_options(),
             config=Config(
                 s3={"addressing_style": "path"},  # as the driver's s3a (MinIO)
                 connect_timeout=5,
@@ -122,7 +117,7 @@ class LocalLeaseStore:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        self._path = Path("/" + uri.removeprefix("file:").lstrip("/"))
+        self._path = Path(Location(uri).key)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -8,39 +8,26 @@ verbs that must answer in a second beside a busy driver.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from pyarrow import fs
 
-from service.config import Settings
-
-
-def s3_filesystem(settings: Settings) -> fs.S3FileSystem:
-    """pyarrow's S3 client for ``settings`` (unset credentials: the AWS default chain)."""
-    endpoint = urlsplit(settings.aws_endpoint_url) if settings.aws_endpoint_url else None
-    secret = settings.aws_secret_access_key
-    return fs.S3FileSystem(
-        access_key=settings.aws_access_key_id or None,
-        secret_key=secret.get_secret_value() if secret is not None else None,
-        region=settings.aws_region,
-        endpoint_override=endpoint.netloc if endpoint else None,
-        scheme=endpoint.scheme if endpoint else "https",
-    )
+from service.config import Location, Settings
 
 
 class ObjectFiles:
     """Read and list small files under the service's storage and checkpoint roots."""
 
     def __init__(self, settings: Settings) -> None:
-        self._s3 = s3_filesystem(settings) if settings.uses_s3 else None
+        options = settings.storage.pyarrow_options()
+        self._s3 = fs.S3FileSystem(**options) if settings.uses_s3 else None
         self._local = fs.LocalFileSystem()
 
     def _locate(self, uri: str) -> tuple[fs.FileSystem, str]:
-        if uri.startswith("s3a://"):
+        location = Location(uri)
+        if location.on_s3:
             if self._s3 is None:
                 raise ValueError(f"{uri}: no S3 settings for an s3a:// location")
-            return self._s3, uri.removeprefix("s3a://")
-        return self._local, "/" + uri.removeprefix("file:").lstrip("/")
+            return self._s3, location.for_pyarrow()
+        return self._local, location.for_pyarrow()
 
     def read_text(self, uri: str) -> str | None:
         """The UTF-8 content of ``uri``, or None if it does not exist."""

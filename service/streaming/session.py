@@ -52,8 +52,9 @@ _JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Return the Spark configuration for ``settings`` (pure: no session is touched).
 
-    Credentials are deliberately absent: s3a reads the standard ``AWS_*`` variables
-    from the JVM's environment, so secrets never appear on a command line or in the UI.
+    The object store's is `StorageConnection.hadoop_options` (no credentials: s3a reads
+    the standard ``AWS_*`` variables from the JVM's environment, so secrets never appear
+    on a command line or in the UI).
     """
     jars = runtime_jars(settings.jars_dir)
     conf = {
@@ -105,8 +106,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # (`cluster_conf` sets the executors' too). Default options: Spark puts a
         # deployment's extraJavaOptions after them.
         "spark.driver.defaultJavaOptions": _JIT_OPTIONS,
-        "spark.hadoop.fs.s3a.path.style.access": "true",
-        "spark.hadoop.fs.s3a.endpoint.region": settings.aws_region,
+        **settings.storage.hadoop_options(),
         "spark.hadoop.fs.s3a.fast.upload": "true",
         # Ride out a storage outage of minutes and resume within seconds of its end: s3a's
         # own retries (around the SDK's attempts) back off exponentially, so with 10 of
@@ -126,11 +126,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] = str(
             settings.state_store_memory_mb
         )
-    if settings.aws_endpoint_url:
-        conf["spark.hadoop.fs.s3a.endpoint"] = settings.aws_endpoint_url
-        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
-            settings.aws_endpoint_url.startswith("https://")
-        ).lower()
     conf.update(cluster_conf(settings))
     return conf
 

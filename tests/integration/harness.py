@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from devstack import KafkaBroker
 from pyspark.sql import Column, SparkSession
 
-from service.lake.lakeview import LakeReader, delta_rs_uri
+from service.config import Location
+from service.lake.lakeview import LakeReader
 from service.lake.tables import ALL_TABLES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,7 +251,7 @@ class Lake:
             "AWS_REGION": self.s3_env["AWS_REGION"],
             "AWS_ALLOW_HTTP": "true",
         }
-        reader = LakeReader(delta_rs_uri(self.storage_root), options)
+        reader = LakeReader(Location(self.storage_root).for_delta_rs(), options)
         rows = {}
         for table in ALL_TABLES:
             delta = reader.open_if_exists(table)

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from devstack import KafkaBroker, MinioServer, free_port
 
-from service.lake.lakeview import LakeReader, delta_rs_uri, run_sql
+from service.config import Location
+from service.lake.lakeview import LakeReader, run_sql
 from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
 from tests.integration.harness import Lake, ServiceProcess, topic_coordinates
 
@@ -178,7 +179,9 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
         finally:
             drain.cleanup()
 
-        reader = LakeReader(delta_rs_uri(lake.storage_root), {**s3_env, "AWS_ALLOW_HTTP": "true"})
+        reader = LakeReader(
+            Location(lake.storage_root).for_delta_rs(), {**s3_env, "AWS_ALLOW_HTTP": "true"}
+        )
         for topic, table in (
             (lake.users_topic, BRONZE_USERS),
             (lake.sensors_topic, BRONZE_SENSORS),

@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
-from service.config import load_settings
+from service.config import Location, Settings, load_settings
 from service.errors import ConfigError
 from service.kafka.admin import check_kafka_access
 from service.kafka.source import source_options
@@ -211,4 +212,70 @@ def test_the_kafka_source_reads_the_topic_with_the_connection_and_a_short_broker
     assert ("true", "false") == (
         options["failOnDataLoss"],
         source_options(settings, "sensors", skip_lost=True)["failOnDataLoss"],
+    )
+
+
+def test_one_storage_connection_spelled_for_each_client() -> None:
+    storage = Settings(
+        aws_endpoint_url="http://127.0.0.1:9000",
+        aws_access_key_id="id",
+        aws_secret_access_key=SecretStr("secret"),
+        aws_region="eu-west-3",
+    ).storage
+
+    assert {
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-3",
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+    } == storage.hadoop_options()
+    assert {
+        "access_key": "id",
+        "secret_key": "secret",
+        "region": "eu-west-3",
+        "endpoint_override": "127.0.0.1:9000",
+        "scheme": "http",
+    } == storage.pyarrow_options()
+    assert {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "aws_access_key_id": "id",
+        "aws_secret_access_key": "secret",
+        "region_name": "eu-west-3",
+    } == storage.boto3_options()
+    assert {
+        "AWS_REGION": "eu-west-3",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+    } == storage.delta_rs_options()
+    # Unset credentials are left to each client's own chain.
+    anonymous = Settings(
+        aws_endpoint_url=None, aws_access_key_id=None, aws_secret_access_key=None
+    ).storage
+    assert "spark.hadoop.fs.s3a.endpoint" not in anonymous.hadoop_options()
+    assert (None, None, "https") == tuple(
+        anonymous.pyarrow_options()[k] for k in ("access_key", "secret_key", "scheme")
+    )
+    assert "AWS_SECRET_ACCESS_KEY" not in anonymous.delta_rs_options()
+
+
+@pytest.mark.parametrize(
+    ("uri", "bucket", "key", "pyarrow", "delta_rs"),
+    [
+        ("s3a://lake/prefix/t", "lake", "prefix/t", "lake/prefix/t", "s3://lake/prefix/t"),
+        ("file:/abs/path", "", "/abs/path", "/abs/path", "/abs/path"),
+        ("file:///abs/path", "", "/abs/path", "/abs/path", "/abs/path"),
+    ],
+)
+def test_a_location_in_each_client_spelling(
+    uri: str, bucket: str, key: str, pyarrow: str, delta_rs: str
+) -> None:
+    location = Location(uri)
+    assert (bucket, key, pyarrow, delta_rs) == (
+        location.bucket,
+        location.key,
+        location.for_pyarrow(),
+        location.for_delta_rs(),
     )

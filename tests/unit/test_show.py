@@ -14,7 +14,8 @@ import pytest
 from deltalake import write_deltalake
 
 from service.__main__ import main
-from service.lake.lakeview import LakeReader, LakeRequestError, delta_rs_uri
+from service.config import Location
+from service.lake.lakeview import LakeReader, LakeRequestError
 from service.lake.tables import BRONZE_SENSORS, QUARANTINE_TABLE
 from service.verbs.show import (
     CELL_WIDTH,
@@ -115,9 +116,9 @@ def test_statement_wraps_the_predicate_and_limit_zero_means_all() -> None:
 
 
 def test_delta_rs_uris_from_the_service_spelling() -> None:
-    assert "s3://lake/prefix" == delta_rs_uri("s3a://lake/prefix")
-    assert "/abs/path" == delta_rs_uri("file:/abs/path")
-    assert "/abs/path" == delta_rs_uri("file:///abs/path")
+    assert "s3://lake/prefix" == Location("s3a://lake/prefix").for_delta_rs()
+    assert "/abs/path" == Location("file:/abs/path").for_delta_rs()
+    assert "/abs/path" == Location("file:///abs/path").for_delta_rs()
 
 
 @pytest.fixture
