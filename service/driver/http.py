@@ -79,6 +79,36 @@ def liveness_verdict(
     return True, "ok"
 
 
+class HttpServer:
+    """The driver's endpoints as a component: `start` serves them, `stop` shuts them down."""
+
+    def __init__(
+        self,
+        port: int,
+        registry: CollectorRegistry,
+        readiness: Probe,
+        liveness: Probe,
+        status: Callable[[], str],
+    ) -> None:
+        self._args = (port, registry, readiness, liveness, status)
+        self._server: WSGIServer | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the free one chosen for port 0)."""
+        assert self._server is not None, "not started"
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Serve in a daemon thread."""
+        self._server = serve_http(*self._args)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self._server is not None:
+            self._server.shutdown()
+
+
 def serve_http(
     port: int,
     registry: CollectorRegistry,

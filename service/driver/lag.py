@@ -8,14 +8,13 @@ measures it from the brokers and each checkpoint (`service.kafka.offsets`) every
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
+from service.background import PeriodicWorker
 from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS, partition_lag
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
 
@@ -38,13 +37,14 @@ class LaggedQuery:
 
 
 class LagPoller:
-    """Export every ingest query's lag every ``interval_seconds`` from a daemon thread.
+    """Export every ingest query's lag every ``interval_seconds`` (a `PeriodicWorker`).
 
     A poll that cannot reach the brokers updates nothing (the gauges' polled
     timestamp shows how old they are). A checkpoint that cannot be read (a storage
     outage) is measured from the offsets last read from it: no batch can commit
     while its checkpoint is unreachable, so the backlog keeps showing. Either
-    problem is logged once until it clears.
+    problem is logged once until it clears (``kafka_lag_poll_failed``, then
+    ``kafka_lag_poll_recovered``).
     """
 
     def __init__(
@@ -54,19 +54,26 @@ class LagPoller:
         files: CheckpointFiles,
         sink: LagSink,
         from_earliest: bool,
+        interval_seconds: float,
     ) -> None:
         self._queries = list(queries)
         self._offsets = offsets
         self._files = files
         self._sink = sink
         self._from_earliest = from_earliest
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failing = False
         self._committed: dict[str, dict[int, int]] = {}
+        self._worker = PeriodicWorker(
+            "kafka-lag-poller",
+            interval_seconds,
+            self._measure,
+            failed_event="kafka_lag_poll_failed",
+            recovered_event="kafka_lag_poll_recovered",
+            traceback=True,
+            stop_timeout_seconds=KAFKA_TIMEOUT_SECONDS * 2,
+        )
 
-    def poll(self) -> bool:
-        """Poll once; return whether every query's lag was exported."""
+    def _measure(self) -> list[str]:
+        """Export each query's lag; return the problems met."""
         latest = self._offsets([q.topic for q in self._queries])
         problems = [latest["_error"]] if "_error" in latest else []
         for query in self._queries if not problems else []:
@@ -85,30 +92,16 @@ class LagPoller:
                 self._sink.kafka_lag_polled(query.name, query.topic, lags)
             else:
                 problems.append(f"{query.name}: no offsets from the brokers for {query.topic}")
-        if problems and not self._failing:
-            log.warning("kafka_lag_poll_failed", problems=problems)
-        elif not problems and self._failing:
-            log.info("kafka_lag_poll_recovered")
-        self._failing = bool(problems)
-        return not problems
+        return problems
 
-    def start(self, interval_seconds: float) -> None:
-        """Poll now and then every ``interval_seconds`` until `stop`."""
+    def poll(self) -> bool:
+        """Poll once now; return whether every query's lag was exported."""
+        return self._worker.run_once()
 
-        def loop() -> None:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                try:
-                    self.poll()
-                except Exception:  # a poll must never take the thread down
-                    log.exception("kafka_lag_poll_crashed")
-                self._stop.wait(max(0.0, interval_seconds - (time.monotonic() - started)))
-
-        self._thread = threading.Thread(target=loop, name="kafka-lag-poller", daemon=True)
-        self._thread.start()
+    def start(self) -> None:
+        """Poll now and then every interval until `stop`."""
+        self._worker.start()
 
     def stop(self) -> None:
-        """Stop polling and wait for the thread (at most one Kafka timeout)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(KAFKA_TIMEOUT_SECONDS * 2)
+        """Stop polling (waits at most two Kafka timeouts for a poll in progress)."""
+        self._worker.stop()

@@ -21,7 +21,6 @@ alert watches.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Protocol
 
 import structlog
 
+from service.background import PeriodicWorker
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
 from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
 from service.verbs.reconcile import Increment, Increments, Reconciliation
@@ -102,7 +102,12 @@ def advance(
 
 
 class LakeAuditor:
-    """Run ``check`` on the increments since the last check, every interval, in a thread."""
+    """Run ``check`` on the increments since the last check, every ``interval_seconds``
+    (a `PeriodicWorker`, its first check one interval after `start`).
+
+    A check that raises counts as ``result="error"`` and is logged once until one
+    succeeds again (``lake_reconcile_failed``, then ``lake_reconcile_recovered``).
+    """
 
     def __init__(
         self,
@@ -110,15 +115,23 @@ class LakeAuditor:
         files: CheckpointFiles,
         check: Callable[[Increments], Reconciliation],
         sink: ReconcileSink,
+        interval_seconds: float,
     ) -> None:
         self._topics = list(topics)
         self._files = files
         self._check = check
         self._sink = sink
         self._cursors: dict[str, dict[int, Cursor]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failing = False
+        self._worker = PeriodicWorker(
+            "lake-auditor",
+            interval_seconds,
+            self._tick,
+            failed_event="lake_reconcile_failed",
+            recovered_event="lake_reconcile_recovered",
+            first_now=False,
+            on_error=lambda _error: sink.reconcile_failed(),
+            stop_timeout_seconds=_STOP_WAIT_SECONDS,
+        )
 
     def _committed(self) -> dict[str, dict[int, int]]:
         committed: dict[str, dict[int, int]] = {}
@@ -133,6 +146,10 @@ class LakeAuditor:
             topic: {p: Cursor(offset, expect=True) for p, offset in ends.items()}
             for topic, ends in self._committed().items()
         }
+
+    def _tick(self) -> list[str]:
+        self.check_once()
+        return []
 
     def check_once(self) -> Reconciliation | None:
         """Check what was committed since the last check; None when nothing new was."""
@@ -158,28 +175,10 @@ class LakeAuditor:
             log.info("lake_reconciled", records=records, tables=report.tables)
         return report
 
-    def start(self, interval_seconds: float) -> None:
-        """Check every ``interval_seconds`` until `stop` (the first check after one interval)."""
-
-        def loop() -> None:
-            while not self._stop.wait(interval_seconds):
-                try:
-                    self.check_once()
-                except Exception as e:  # noqa: BLE001 - a check must never end the thread
-                    self._sink.reconcile_failed()
-                    if not self._failing:
-                        log.warning("lake_reconcile_failed", error=str(e)[:500])
-                    self._failing = True
-                else:
-                    if self._failing:
-                        log.info("lake_reconcile_recovered")
-                    self._failing = False
-
-        self._thread = threading.Thread(target=loop, name="lake-auditor", daemon=True)
-        self._thread.start()
+    def start(self) -> None:
+        """Check every interval until `stop` (the first check after one interval)."""
+        self._worker.start()
 
     def stop(self) -> None:
         """Stop checking; a check in progress is given a few seconds to end."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(_STOP_WAIT_SECONDS)
+        self._worker.stop()

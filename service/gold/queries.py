@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
@@ -68,6 +69,9 @@ class GoldQuery:
     per_batch: Callable[[DataFrame, Settings], DataFrame] | None = None
     # Per micro-batch, after the Delta commit (e.g. publishing to Kafka).
     after_write: Callable[[DataFrame, Settings], None] | None = None
+
+    # The FAIR scheduler pool of its jobs, which also decides its trigger.
+    pool: ClassVar[str] = "gold"
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -227,7 +231,6 @@ def start_gold_query(
         settings,
         writer,
         available_now,
-        "gold",
-        settings.gold_trigger_seconds,
+        query.pool,
         source=source,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -33,6 +33,8 @@ class IngestQuery:
     name: str
     topic: str
     kind: Literal["users", "sensors"]
+    # The FAIR scheduler pool of its jobs, which also decides its trigger.
+    pool: ClassVar[str] = "ingest"
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -95,7 +97,6 @@ def start_ingest_query(
         settings,
         writer,
         available_now,
-        "ingest",
-        settings.trigger_interval_seconds,
+        query.pool,
         topic=query.topic,
     )

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 import structlog
 from botocore.exceptions import ClientError
 
+from service.background import Finished, PeriodicWorker
 from service.config import Settings
 from service.errors import LeaseHeldError, LeaseLostError
 from service.failures import storage_refused
@@ -82,8 +83,7 @@ class DriverLease:
         self._version: str | None = None
         self._writing = threading.Lock()  # a version and the store agree under it
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: PeriodicWorker | None = None
 
     def _read(self) -> tuple[LeaseRecord | None, str] | None:
         """The lease's record (None if unreadable) and version, or None if there is none."""
@@ -158,34 +158,33 @@ class DriverLease:
         log.info("lease_acquired", uri=self._store.uri, owner=self.record.owner)
 
     def start_renewing(self) -> None:
-        """Renew the lease in a daemon thread; set `lost` if another driver took it."""
-        self._thread = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
-        self._thread.start()
+        """Renew the lease every renew interval (a `PeriodicWorker`); set `lost` and stop
+        renewing if another driver took it. A renewal the storage refuses is logged once
+        (``lease_renew_failed``) until one succeeds (``lease_renewed_again``)."""
+        self._worker = PeriodicWorker(
+            "lease-renew",
+            self._renew,
+            self._renew_once,
+            failed_event="lease_renew_failed",
+            recovered_event="lease_renewed_again",
+            first_now=False,
+            traceback=True,
+            stop_timeout_seconds=self._renew + 5,
+            uri=self._store.uri,
+        )
+        self._worker.start()
 
-    def _renew_loop(self) -> None:
-        failing_since: float | None = None  # an outage is logged when it starts and ends
-        while not self._stop.wait(self._renew):
-            try:
-                if not self._write(self._version):
-                    current = self._read()
-                    log.error(
-                        "lease_lost",
-                        uri=self._store.uri,
-                        new_owner=asdict(current[0]) if current and current[0] else None,
-                    )
-                    self.lost.set()
-                    return
-                if failing_since is not None:
-                    log.info(
-                        "lease_renewed_again",
-                        uri=self._store.uri,
-                        failed_for_seconds=round(self._clock() - failing_since, 1),
-                    )
-                    failing_since = None
-            except Exception:
-                if failing_since is None:
-                    log.exception("lease_renew_failed", uri=self._store.uri)
-                    failing_since = self._clock()
+    def _renew_once(self) -> list[str]:
+        if not self._write(self._version):
+            current = self._read()
+            log.error(
+                "lease_lost",
+                uri=self._store.uri,
+                new_owner=asdict(current[0]) if current and current[0] else None,
+            )
+            self.lost.set()
+            raise Finished
+        return []
 
     def check(self) -> None:
         """Raise `LeaseLostError` if another driver has taken the lease."""
@@ -224,9 +223,8 @@ class DriverLease:
 
     def release(self) -> None:
         """Stop renewing and remove the lease if it is still ours."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._renew + 5)
+        if self._worker is not None:
+            self._worker.stop()
         if self._version is not None and not self.lost.is_set():
             try:
                 self._store.delete(self._version)

@@ -39,6 +39,14 @@ _BIND_TIMEOUT_SECONDS = 120.0
 _INGEST_START_SECONDS = 1.0
 
 
+def trigger_seconds(settings: Settings, pool: str, available_now: bool) -> float:
+    """The processing-time trigger interval of the queries of ``pool`` (0: available-now):
+    what they run with, and what the metrics report."""
+    if available_now:
+        return 0.0
+    return settings.gold_trigger_seconds if pool == "gold" else settings.trigger_interval_seconds
+
+
 def checkpoint_location(settings: Settings, query_name: str) -> str:
     """The checkpoint URI of the query named ``query_name``."""
     return f"{settings.checkpoint_uri}/{query_name}"
@@ -235,10 +243,10 @@ def start_with_writer(
     writer: QueryWriter,
     available_now: bool,
     pool: str,
-    interval_seconds: float,
     **context: str,
 ) -> StreamingQuery:
-    """Start ``stream`` as the query ``writer`` writes, every ``interval_seconds``.
+    """Start ``stream`` as the query ``writer`` writes, triggered as its ``pool``'s queries
+    are (`trigger_seconds`).
 
     Its jobs run in the FAIR scheduler ``pool`` (`service.streaming.session.SCHEDULER_POOLS`).
     """
@@ -250,7 +258,8 @@ def start_with_writer(
     if available_now:
         stream = stream.trigger(availableNow=True)
     else:
-        stream = stream.trigger(processingTime=f"{interval_seconds} seconds")
+        interval = trigger_seconds(settings, pool, available_now)
+        stream = stream.trigger(processingTime=f"{interval} seconds")
     # The query's thread inherits the pool: its jobs share the cores with the other
     # pool's instead of queueing behind them.
     spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, pool)

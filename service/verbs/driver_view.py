@@ -39,7 +39,7 @@ class DriverView:
     ready_reason: str
     alive: bool
     alive_reason: str
-    lease_heartbeat_age_seconds: float
+    lease_heartbeat_age_seconds: float | None
     queries: list[QueryNow]
 
     def to_json(self) -> str:

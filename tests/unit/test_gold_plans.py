@@ -36,7 +36,7 @@ def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_
     stream = spark.readStream.format("delta").load(silver)
     before = join.plans[0](stream, settings).writeStream.outputMode("append")
     writer = GoldWriter(join, settings, lambda: None)
-    start_with_writer(spark, before, settings, writer, True, "gold", 1).awaitTermination()
+    start_with_writer(spark, before, settings, writer, True, "gold").awaitTermination()
     checkpoint = checkpoint_location(settings, join.name)
     assert not (Path(checkpoint.removeprefix("file:")) / PLAN_FILE).exists()
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from pyspark.sql import DataFrame, SparkSession
 
-from service.driver.app import RunningQuery, _running, _stop_gracefully
+from service.driver.running import RunningQuery, _running, stop_gracefully
 from service.streaming.queries import QueryWriter
 
 
@@ -35,7 +35,7 @@ def test_a_batch_still_running_at_the_deadline_is_interrupted(
         assert writing.wait(60)
         query = RunningQuery(SimpleNamespace(name="slow"), handle, writer)  # type: ignore[arg-type]
         started = time.monotonic()
-        _stop_gracefully([query], timeout=2.0)
+        stop_gracefully([query], timeout=2.0)
 
         assert not _running(handle)
         assert time.monotonic() - started < 30

@@ -68,6 +68,7 @@ def test_poller_measures_from_the_last_committed_batch_not_the_planned_one(tmp_p
         ObjectFiles(Settings()),
         lags,
         from_earliest=True,
+        interval_seconds=15,
     )
 
     assert poller.poll()
@@ -94,6 +95,7 @@ def test_a_failed_poll_exports_nothing_and_logs_once_until_it_recovers(
         ObjectFiles(Settings()),
         lags,
         from_earliest=True,
+        interval_seconds=15,
     )
 
     with capture_logs() as logs:
@@ -113,6 +115,7 @@ def test_an_unreadable_checkpoint_is_measured_from_the_offsets_last_read(tmp_pat
         ObjectFiles(Settings()),
         lags,
         from_earliest=True,
+        interval_seconds=15,
     )
     assert poller.poll()
     (tmp_path / "cp" / "offsets" / "0").write_text("v1\n{not json")  # storage returns garbage

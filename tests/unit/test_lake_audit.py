@@ -99,6 +99,7 @@ def test_the_auditor_checks_what_was_committed_since_and_exports_the_outcome(
         ObjectFiles(Settings()),
         check,
         IngestMetrics(registry),
+        interval_seconds=300,
     )
     auditor.start_from_committed()
     assert auditor.check_once() is None  # nothing committed since the start
