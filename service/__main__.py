@@ -312,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``show`` or ``reconcile``: a bad request exits 2, an unreadable lake 1, one line each."""
-    from service.lake.lakeview import CATALOGUE, LakeReader, LakeReadError, LakeRequestError
+    from service.errors import LakeReadError, LakeRequestError
+    from service.lake.lakeview import CATALOGUE, LakeReader
 
     reader = LakeReader.from_settings(settings)
     try:

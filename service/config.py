@@ -38,6 +38,8 @@ _INTERVAL = r"^\d+ (second|minute|hour)s?$"
 # Delta's default delta.deletedFileRetentionDuration (7 days), which its VACUUM retention
 # check (spark.databricks.delta.retentionDurationCheck.enabled, kept on) enforces.
 VACUUM_MIN_RETENTION_HOURS = 168
+# Where the checkpoints live under the storage root unless INGEST_CHECKPOINT_ROOT says.
+CHECKPOINTS_DIR = "_checkpoints"
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
@@ -459,7 +461,7 @@ class Settings(BaseSettings):
         """Checkpoint root URI: ``checkpoint_root``, else ``<storage root>/_checkpoints``."""
         if self.checkpoint_root:
             return _as_uri(self.checkpoint_root)
-        return f"{self.storage_uri}/_checkpoints"
+        return f"{self.storage_uri}/{CHECKPOINTS_DIR}"
 
     def redacted(self) -> dict[str, Any]:
         """Settings as a dict fit for logging: secrets masked by pydantic's SecretStr."""

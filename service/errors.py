@@ -51,3 +51,11 @@ class LocalDiskFullError(QueryFailedError):
 
 class QueryNotBoundError(IngestError):
     """A micro-batch started before its query was bound to its checkpoint's id."""
+
+
+class LakeReadError(IngestError):
+    """A table could not be read: storage unreachable, or a query failed to run."""
+
+
+class LakeRequestError(LakeReadError):
+    """What was asked of the lake cannot be answered: no such table or version, invalid SQL."""

@@ -41,7 +41,7 @@ from confluent_kafka import Consumer, TopicPartition
 # Measure the service of this checkout, and start Kafka with the repo's own launcher.
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
-from devstack import KafkaBroker, cache_dir  # noqa: E402
+from devstack import KafkaBroker  # noqa: E402
 from measurements import (  # noqa: E402
     Batch,
     ResourceSample,
@@ -59,7 +59,13 @@ from measurements import (  # noqa: E402
     table_stats,
 )
 
-from service.config import Settings, load_settings  # noqa: E402
+from service.config import (  # noqa: E402
+    CHECKPOINTS_DIR,
+    Settings,
+    default_cache_dir,
+    load_settings,
+)
+from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS, SENSOR_READINGS  # noqa: E402
 from service.logs import configure_logging  # noqa: E402
 from service.streaming.session import build_spark  # noqa: E402
 from service.verbs.generate import GeneratorOptions, generate  # noqa: E402
@@ -335,7 +341,7 @@ def run_variant(
             "--table",
             str(root / "baseline" / "sensors"),
             "--checkpoint",
-            str(root / "_checkpoints" / "baseline"),
+            str(root / CHECKPOINTS_DIR / "baseline"),
         ]
         env = service_env(broker, root)
     else:
@@ -398,8 +404,8 @@ def reconcile_backlog(
             {"baseline/sensors": produced.get(SENSORS, 0)}
             if variant == "baseline"
             else {
-                "bronze/sensors": produced.get(SENSORS, 0),
-                "bronze/users": produced.get(USERS, 0),
+                BRONZE_SENSORS.name: produced.get(SENSORS, 0),
+                BRONZE_USERS.name: produced.get(USERS, 0),
             }
         )
         for table, rows in expected.items():
@@ -493,7 +499,7 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
     env = service_env(broker, root)
     settings = Settings(users_topic=USERS, sensors_topic=SENSORS)
     trigger = settings.trigger_interval_seconds
-    probe = LagProbe(broker, (USERS, SENSORS), root / "_checkpoints")
+    probe = LagProbe(broker, (USERS, SENSORS), root / CHECKPOINTS_DIR)
     neighbours = Neighbours(broker)
     service = Child.launch(
         "service", [sys.executable, "-m", "service", "run"], env, work / "logs" / "service.log"
@@ -653,7 +659,7 @@ def summarise_sustained(
                 produced.get("produced", {}).get(topic, 0),
                 tables.get(table, {}).get("rows"),
             )
-            for topic, table in ((SENSORS, "bronze/sensors"), (USERS, "bronze/users"))
+            for topic, table in ((SENSORS, BRONZE_SENSORS.name), (USERS, BRONZE_USERS.name))
         ),
     ]
     return result
@@ -716,7 +722,7 @@ def read_back_freshness(root: Path) -> dict[str, dict[str, Any]]:
     spark = build_spark(load_settings(spark_ui_enabled=False, log_level="ERROR"))
     try:
         tables = [
-            t for t in delta_tables(root) if t == "silver/sensor_readings" or t.startswith("gold/")
+            t for t in delta_tables(root) if t == SENSOR_READINGS.name or t.startswith("gold/")
         ]
         return {table: freshness(spark, root / table) for table in tables}
     finally:
@@ -766,7 +772,7 @@ def versions() -> dict[str, Any]:
         **{name: importlib.metadata.version(name) for name in packages},
         "java": (java.stderr.splitlines() or ["?"])[0],
         "kafka_broker_jars": sorted(
-            p.name for p in (cache_dir() / "jars" / "kafka").glob("kafka_2.13-*.jar")
+            p.name for p in (default_cache_dir() / "jars" / "kafka").glob("kafka_2.13-*.jar")
         ),
         "spark_jars": sorted(p.name for p in Path(Settings().jars_dir).glob("*.jar")),
         "git_commit": commit.stdout.strip(),

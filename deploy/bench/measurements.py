@@ -27,6 +27,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from service.config import CHECKPOINTS_DIR
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _METRICS_KEPT = (
@@ -269,7 +271,7 @@ def delta_tables(root: Path) -> list[str]:
     return sorted(
         str(log.parent.relative_to(root))
         for log in root.glob("**/_delta_log")
-        if "_checkpoints" not in log.parts
+        if CHECKPOINTS_DIR not in log.parts
     )
 
 

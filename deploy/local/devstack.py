@@ -39,13 +39,9 @@ from confluent_kafka.admin._scram import (  # not re-exported by the typed packa
 )
 from confluent_kafka.cimpl import NewTopic  # the typed stub; admin re-exports it implicitly
 
+from service.config import default_cache_dir
+
 KAFKA_LOG4J_CONFIG = Path(__file__).resolve().with_name("kafka-log4j2.yaml")
-
-
-def cache_dir() -> Path:
-    """Directory holding downloaded jars and binaries ($LAKEHOUSE_CACHE)."""
-    env = os.environ.get("LAKEHOUSE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "lakehouse-ingest"
 
 
 def free_port() -> int:
@@ -231,7 +227,7 @@ class KafkaBroker(_ServerProcess):
         super().start(timeout)
 
     def _prepare(self) -> list[str]:
-        jars = cache_dir() / "jars" / "kafka"
+        jars = default_cache_dir() / "jars" / "kafka"
         if not any(jars.glob("kafka_2.13-*.jar")):
             raise RuntimeError(f"Kafka jars not found in {jars}: run `make kafka-jars`")
         java_home = os.environ.get("JAVA_HOME")
@@ -415,7 +411,7 @@ class MinioServer(_ServerProcess):
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
 
     def _prepare(self) -> list[str]:
-        binary = cache_dir() / "bin" / "minio"
+        binary = default_cache_dir() / "bin" / "minio"
         if not binary.exists():
             raise RuntimeError(f"MinIO binary not found at {binary}: run `make minio`")
         return [

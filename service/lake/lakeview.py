@@ -20,17 +20,8 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from service.config import Location, Settings
-from service.errors import IngestError
+from service.errors import LakeReadError, LakeRequestError
 from service.lake.tables import ALL_TABLES, Table
-
-
-class LakeReadError(IngestError):
-    """A table could not be read: storage unreachable, or a query failed to run."""
-
-
-class LakeRequestError(LakeReadError):
-    """What was asked of the lake cannot be answered: no such table or version, invalid SQL."""
-
 
 CATALOGUE: Mapping[str, Table] = {t.name: t for t in ALL_TABLES}
 

@@ -41,7 +41,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from service.config import Settings
-from service.lake.lakeview import LakeReader, LakeRequestError, run_sql
+from service.errors import LakeRequestError
+from service.lake.lakeview import LakeReader, run_sql
 from service.lake.schemas import COORDINATES
 from service.lake.tables import (
     ALERTS,
@@ -549,7 +550,7 @@ class _LakeChecks:
         stray = self.count(QUARANTINE_TABLE, f"kafka_topic NOT IN ({_sql_list(known_topics)})")
         if not stray:
             return []
-        return [f"silver/quarantine: {stray} rows of topics neither bronze table holds"]
+        return [f"{QUARANTINE_TABLE.name}: {stray} rows of topics neither bronze table holds"]
 
 
 def increments_sql(increments: Increments) -> str:
@@ -789,8 +790,8 @@ def _problems(
         if p.duplicate_rows:
             problems.append(f"{where}: {p.duplicate_rows} duplicate rows")
     for label, coverage, landing in (
-        ("bronze/sensors", sensors, "silver (readings, quarantine, duplicates)"),
-        ("bronze/users", users.coverage, "silver/users or quarantine"),
+        (BRONZE_SENSORS.name, sensors, "silver (readings, quarantine, duplicates)"),
+        (BRONZE_USERS.name, users.coverage, f"{USERS.name} or quarantine"),
     ):
         for name, finding, meaning in (
             ("missing", coverage.missing, f"records of {label} landed in no table of {landing}"),
@@ -803,7 +804,7 @@ def _problems(
     if users.duplicate_user_ids:
         sample = ", ".join(str(u) for u in users.duplicate_user_id_samples[:5])
         problems.append(
-            f"silver/users: {users.duplicate_user_ids} user ids have more than one row ({sample})"
+            f"{USERS.name}: {users.duplicate_user_ids} user ids have more than one row ({sample})"
         )
     for g in gold:
         if g.duplicate_keys:

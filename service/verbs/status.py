@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from service.config import Settings
-from service.errors import CheckpointCorruptError, CheckpointMismatchError
+from service.errors import CheckpointCorruptError, CheckpointMismatchError, LakeReadError
 from service.gold.queries import gold_queries
 from service.ingest.query import ingest_queries
 from service.kafka.offsets import PartitionStatus, broker_offsets, offsets_consumer, partition_lag
@@ -28,7 +28,7 @@ from service.lake.checkpoints import (
     read_checkpoint,
     recorded_plan,
 )
-from service.lake.lakeview import LakeReader, LakeReadError, run_sql
+from service.lake.lakeview import LakeReader, run_sql
 from service.lake.lease import lease_location
 from service.lake.object_files import ObjectFiles
 from service.lake.tables import QuerySpec, Table

@@ -13,7 +13,8 @@ import pytest
 from deltalake import write_deltalake
 
 from service.config import Settings
-from service.lake.lakeview import LakeReader, LakeRequestError
+from service.errors import LakeRequestError
+from service.lake.lakeview import LakeReader
 from service.verbs.reconcile import (
     Increment,
     Increments,
