@@ -1,7 +1,11 @@
 """`make run`: local Kafka + the generator + the service on a local-filesystem lakehouse.
 
-Everything lives under ./var (Kafka data, the lakehouse, logs). Ctrl-C stops the
-generator and the service gracefully, then the broker.
+Everything lives under ./var (Kafka data, the lakehouse, logs). The generator sends
+``GENERATOR_RATE`` readings/s (default 200) and, unless ``GENERATOR_MIX`` says otherwise,
+a small share of bad, late and duplicate readings, profile updates and tombstones, so
+that quarantine, duplicates and users changes have rows to show (``GENERATOR_MIX=''``:
+valid readings only). Ctrl-C stops the generator and the service gracefully, then the
+broker.
 """
 
 from __future__ import annotations
@@ -19,16 +23,25 @@ from devstack import KafkaBroker, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VAR = REPO / "var"
+# The generator's default share of records that are not plain valid readings (generate's
+# fractions of the reading slots); GENERATOR_MIX replaces it, '' sends valid readings only.
+DEFAULT_MIX = (
+    "--bad-fraction 0.01 --late-fraction 0.01 --duplicate-fraction 0.01"
+    " --user-update-fraction 0.005 --tombstone-fraction 0.0005"
+)
 READ_HINT = """
 Tables (Delta Lake) under {root}: bronze/{{users,sensors}}, silver/{{sensor_readings,
   quarantine,sensor_duplicates,users}}, gold/{{sensor_stats_1m,heart_rate_5m,...}}
-Look at them without a JVM (delta-rs), in another shell:
-  export INGEST_STORAGE_ROOT={root}
-  .venv/bin/lakehouse-ingest show silver/sensor_readings --limit 5
-  .venv/bin/lakehouse-ingest show silver/quarantine --where "error_code = 'malformed_json'"
-  .venv/bin/lakehouse-ingest show gold/heart_rate_5m --format json | jq .
-  .venv/bin/lakehouse-ingest reconcile
+Look at them without a JVM (delta-rs), in another shell, from {repo}:
+  . .venv/bin/activate
+  export INGEST_STORAGE_ROOT={root} INGEST_KAFKA_BOOTSTRAP_SERVERS={bootstrap} \\
+    INGEST_HTTP_PORT={http_port}
+  lakehouse-ingest status
+  lakehouse-ingest show silver/sensor_readings --limit 5
+  lakehouse-ingest show silver/quarantine --where "error_code = 'malformed_json'" --limit 5
+  lakehouse-ingest reconcile
 Metrics: http://localhost:{http_port}/metrics   health: /healthz /readyz   Spark UI: http://localhost:4040
+Generator: {rate} readings/s (GENERATOR_RATE), mixed in: {mix} (GENERATOR_MIX)
 Ctrl-C stops everything.
 """
 
@@ -68,15 +81,25 @@ def main() -> int:
         "INGEST_LOG_FORMAT": os.environ.get("INGEST_LOG_FORMAT", "console"),
     }
     rate = os.environ.get("GENERATOR_RATE", "200")
+    mix = os.environ.get("GENERATOR_MIX", DEFAULT_MIX).split()
+    generate = ["generate", "--users", "500", "--rate", rate, *mix]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "service", "generate", "--users", "500", "--rate", rate],
+            [sys.executable, "-m", "service", *generate],
             cwd=REPO,
             env={**env, "INGEST_LOG_LEVEL": "WARNING"},
         ),
         subprocess.Popen([sys.executable, "-m", "service", "run"], cwd=REPO, env=env),
     ]
-    print(READ_HINT.format(root=VAR / "lakehouse", http_port=http_port), flush=True)
+    hint = READ_HINT.format(
+        repo=REPO,
+        root=VAR / "lakehouse",
+        bootstrap=broker.bootstrap_servers,
+        http_port=http_port,
+        rate=rate,
+        mix=" ".join(mix) or "nothing, valid readings only",
+    )
+    print(hint, flush=True)
     exit_code = 0
     try:
         while not stopping and all(c.poll() is None for c in children):
