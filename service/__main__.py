@@ -18,8 +18,10 @@ from service.errors import (
     IngestError,
     KafkaAccessRefusedError,
     KafkaOffsetsLostError,
+    KafkaUnreachableError,
     LeaseHeldError,
     TableLayoutError,
+    UnreachableError,
 )
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_REFUSED = 3
+EXIT_UNREACHABLE = 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -295,6 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as e:
         log.error("refusing_to_start", error_class=type(e).__name__, error=str(e))
         return EXIT_REFUSED
+    except UnreachableError as e:
+        event = (
+            "kafka_unreachable" if isinstance(e, KafkaUnreachableError) else "storage_unreachable"
+        )
+        log.error(event, error_class=type(e).__name__, error=str(e))
+        return EXIT_UNREACHABLE
     except IngestError as e:
         log.error("failed", error_class=type(e).__name__, error=str(e))
         return EXIT_FAILURE

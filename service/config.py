@@ -263,6 +263,8 @@ class Settings(BaseSettings):
     # Start past offsets the brokers no longer have (recorded in bronze/skipped_offsets)
     # instead of refusing to start (`service.kafka.lost_offsets`).
     kafka_skip_lost_offsets: bool = False
+    # How long the start waits for the brokers to answer before it gives up (exit 4).
+    kafka_connect_timeout_seconds: float = Field(default=30.0, gt=0)
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
     # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
     kafka_max_records_per_task: int = Field(default=50_000, gt=0)

@@ -49,6 +49,18 @@ class LocalDiskFullError(QueryFailedError):
     """Spark's local directory (shuffle and spill files) has no space left."""
 
 
+class UnreachableError(IngestError):
+    """A service the driver needs did not answer at start (exit 4: a restart retries)."""
+
+
+class KafkaUnreachableError(UnreachableError):
+    """No Kafka broker answered at the configured bootstrap servers."""
+
+
+class StorageUnreachableError(UnreachableError):
+    """The object store did not answer at the configured endpoint."""
+
+
 class QueryNotBoundError(IngestError):
     """A micro-batch started before its query was bound to its checkpoint's id."""
 

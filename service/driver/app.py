@@ -1,4 +1,4 @@
-"""The one composition root: settings → logging → HTTP → Spark → lease → queries → wait.
+"""The one composition root: settings → logging → HTTP → lease → Spark → queries → wait.
 
 Every component is started here, in order, and stopped in the reverse order by one
 `Lifecycle`, whether the run drains, is stopped by a signal or fails: the queries are
@@ -79,16 +79,18 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 settings.http_port, registry, health.readiness, health.liveness, health.status
             )
         )
+        # Before Spark: a storage that does not answer, or another live driver, stops the
+        # start in a second, without a JVM.
+        lease = acquire_driver_lease(settings)
+        components.start(Resource(lease.release))
+        metrics.watch_storage(lambda: lease.record.heartbeat_at)
         spark = build_spark(settings)
         components.start(Resource(lambda: _shutdown_spark(spark)))
         # PySpark's context replaced the SIGINT handler with one that cancels every job
         # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.
         _stop_on_signals(stop_requested)
         spark.streams.addListener(MetricsListener(metrics))
-        lease = acquire_driver_lease(settings)
-        components.start(Resource(lease.release))
         health.lease = lease
-        metrics.watch_storage(lambda: lease.record.heartbeat_at)
         stable_ends = offsets_consumer(settings)
         components.start(Resource(stable_ends.close))
         # The log's end (high watermark) tells a recreated topic from an open transaction.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import structlog
@@ -10,21 +11,26 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.config import Settings
-from service.errors import ConfigError, IngestError, KafkaAccessRefusedError
+from service.errors import (
+    ConfigError,
+    IngestError,
+    KafkaAccessRefusedError,
+    KafkaUnreachableError,
+)
 
 log = structlog.get_logger(__name__)
 
-# How long the start-up access check waits for the brokers' metadata.
-ACCESS_CHECK_SECONDS = 10.0
 
-
-def check_kafka_access(settings: Settings, timeout: float = ACCESS_CHECK_SECONDS) -> None:
+def check_kafka_access(settings: Settings, timeout: float | None = None) -> None:
     """Raise `KafkaAccessRefusedError` when the brokers reject the SASL credentials or their
-    certificate is not trusted; brokers that are only unreachable are Spark's to retry.
+    certificate is not trusted, and `KafkaUnreachableError` when none answers within
+    ``timeout`` (``INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS``).
 
     Without this, a wrong password surfaced as a streaming query's failure after the
-    JVM started, behind dozens of librdkafka retry lines.
+    JVM started, behind dozens of librdkafka retry lines, and a wrong address as a
+    traceback from the first admin call.
     """
+    timeout = settings.kafka_connect_timeout_seconds if timeout is None else timeout
     errors: list[KafkaError] = []
     config: dict[str, Any] = {
         **settings.kafka.librdkafka_config(),
@@ -39,12 +45,23 @@ def check_kafka_access(settings: Settings, timeout: float = ACCESS_CHECK_SECONDS
             f"Kafka client configuration refused: {e.args[0].str()}. Check "
             "INGEST_KAFKA_SSL_CA_LOCATION and INGEST_KAFKA_SSL_KEYSTORE_LOCATION."
         ) from None
+    started = time.monotonic()
     try:
         admin.list_topics(timeout=timeout)
         return
     except KafkaException:
         admin.poll(1)  # serves the error callbacks
+    waited = time.monotonic() - started
     refused = [e for e in errors if _refusal(e)]
+    if not refused:
+        transport = [e for e in errors if e.code() == KafkaError._TRANSPORT]
+        seen = (transport or errors)[0].str() if errors else "no answer"
+        raise KafkaUnreachableError(
+            f"no Kafka broker answered at {kafka.bootstrap_servers} "
+            f"(INGEST_KAFKA_BOOTSTRAP_SERVERS, {kafka.security_protocol}) within {waited:.0f} s"
+            f" (INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS): {seen}. Check the address, the port and "
+            "the network path to the brokers (docs/runbooks/DriverRestarting.md)."
+        )
     if refused:
         who = (
             f"user {kafka.sasl_username!r} ({kafka.sasl_mechanism})"
@@ -70,8 +87,17 @@ def _refusal(error: KafkaError) -> bool:
 def ensure_topics(settings: Settings, topics: list[str], partitions: int) -> None:
     """Create the missing ``topics`` (replication 1 on a single broker, else 3)."""
     admin = AdminClient(settings.kafka.librdkafka_config())
-    existing = set(admin.list_topics(timeout=30).topics)
-    brokers = len(admin.list_topics(timeout=30).brokers)
+    try:
+        metadata = admin.list_topics(timeout=settings.kafka_connect_timeout_seconds)
+    except KafkaException as e:
+        raise KafkaUnreachableError(
+            f"no Kafka broker answered at {settings.kafka.bootstrap_servers} "
+            "(INGEST_KAFKA_BOOTSTRAP_SERVERS) within "
+            f"{settings.kafka_connect_timeout_seconds:.0f} s "
+            f"(INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS): {e.args[0].str()}"
+        ) from None
+    existing = set(metadata.topics)
+    brokers = len(metadata.brokers)
     missing = [t for t in topics if t not in existing]
     if not missing:
         return

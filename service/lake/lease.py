@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import structlog
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from service.background import Finished, PeriodicWorker
 from service.config import Settings
-from service.errors import LeaseHeldError, LeaseLostError
+from service.errors import LeaseHeldError, LeaseLostError, StorageUnreachableError
 from service.failures import storage_refused
 from service.lake.lease_store import STORE_ERRORS, LeaseStore, lease_store
 
@@ -239,6 +239,7 @@ def acquire_driver_lease(settings: Settings) -> DriverLease:
     verb that writes the tables hold (`DriverLease.release` it when done)."""
     store = lease_store(settings, lease_location(settings.checkpoint_uri))
     lease = DriverLease(store, settings.lease_ttl_seconds, settings.lease_renew_seconds)
+    started = time.monotonic()
     try:
         lease.acquire()
     except ClientError as e:
@@ -246,5 +247,13 @@ def acquire_driver_lease(settings: Settings) -> DriverLease:
         if refused is None:
             raise
         raise refused from e
+    except BotoCoreError as e:
+        endpoint = settings.aws_endpoint_url or "the AWS default S3 endpoint"
+        raise StorageUnreachableError(
+            f"the storage at {endpoint} (AWS_ENDPOINT_URL) did not answer: tried for "
+            f"{time.monotonic() - started:.0f} s to read the driver lease {store.uri} "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Check the endpoint, "
+            "the network path to it and the store itself (docs/runbooks/StorageUnreachable.md)."
+        ) from None
     lease.start_renewing()
     return lease

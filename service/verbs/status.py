@@ -64,7 +64,8 @@ class TableStatus:
 
     table: str
     uri: str
-    exists: bool
+    # None when the storage could not be read at all (`Status.storage_error`).
+    exists: bool | None
     version: int | None = None
     last_commit_time: str | None = None
     last_operation: str | None = None
@@ -95,11 +96,17 @@ class Status:
     tables: list[TableStatus]
     driver: DriverView | None = None
     driver_error: str | None = None
+    # The storage did not answer its first read (the lease): nothing more was read from it.
+    storage_error: str | None = None
 
     @property
     def ok(self) -> bool:
         """Whether every part could be read."""
-        return not any(q.errors for q in self.queries) and not any(t.error for t in self.tables)
+        return (
+            self.storage_error is None
+            and not any(q.errors for q in self.queries)
+            and not any(t.error for t in self.tables)
+        )
 
     def to_json(self) -> str:
         """The status as one JSON document."""
@@ -107,10 +114,11 @@ class Status:
 
     def to_text(self) -> str:
         """The status as readable tables."""
+        unreadable = f" (UNREADABLE: {self.storage_error})" if self.storage_error else ""
         lines = [
-            f"storage     {self.storage_root}",
+            f"storage     {self.storage_root}{unreadable}",
             f"checkpoints {self.checkpoint_root}",
-            f"driver      {_lease_text(self.lease)}",
+            f"driver      {_lease_text(self.lease) if not self.storage_error else 'unknown'}",
             f"now         {_driver_text(self.driver, self.driver_error)}",
             "",
         ]
@@ -157,7 +165,7 @@ class Status:
                     _text(t.version),
                     _text(t.rows),
                     _text(t.last_commit_time),
-                    t.last_operation or ("(no table)" if not t.exists else "-"),
+                    t.last_operation or _no_operation(t.exists),
                 )
                 for t in self.tables
             ],
@@ -169,8 +177,6 @@ class Status:
 def collect_status(settings: Settings) -> Status:
     """Ask the driver what it is doing; read checkpoints, offsets, the lease and tables."""
     driver, driver_error = fetch_driver_view(settings.http_port)
-    files = ObjectFiles(settings)
-    modified = files.modified
     queries = ingest_queries(settings)
     gold = gold_queries() if settings.gold_enabled else []
     consumer = offsets_consumer(settings)
@@ -179,6 +185,12 @@ def collect_status(settings: Settings) -> Status:
     finally:
         consumer.close()
     from_earliest = settings.kafka_starting_offsets == "earliest"
+    # The first read of the storage: when it fails, the others would fail the same way,
+    # each after its own retries (a minute in all), so none is tried.
+    storage = ObjectFiles(settings)
+    lease = _lease_status(storage, lease_location(settings.checkpoint_uri))
+    files: CheckpointFiles = storage if lease.error is None else _Unread()
+    modified = storage.modified if lease.error is None else _Unread().modified
     query_status = [
         _query_status(
             files,
@@ -205,15 +217,22 @@ def collect_status(settings: Settings) -> Status:
     ]
     specs: list[QuerySpec] = [*queries, *gold]
     tables = list(dict.fromkeys(t for q in specs for t in q.tables))
+    reader = LakeReader.from_settings(settings)
     return Status(
         storage_root=settings.storage_uri,
         checkpoint_root=settings.checkpoint_uri,
         generated_at=_iso(time.time()),
-        lease=_lease_status(files, lease_location(settings.checkpoint_uri)),
+        lease=lease,
         queries=query_status,
-        tables=[table_status(LakeReader.from_settings(settings), t) for t in tables],
+        tables=[
+            table_status(reader, t)
+            if lease.error is None
+            else TableStatus(t.name, reader.uri(t), False)
+            for t in tables
+        ],
         driver=driver,
         driver_error=driver_error,
+        storage_error=lease.error,
     )
 
 
@@ -305,12 +324,29 @@ def _lease_status(files: CheckpointFiles, uri: str) -> LeaseStatus:
     )
 
 
+class _Unread:
+    """The checkpoint files of a storage that did not answer: not read (nothing there)."""
+
+    def read_text(self, uri: str) -> str | None:
+        return None
+
+    def list_names(self, uri: str) -> list[str]:
+        return []
+
+    def modified(self, uri: str) -> float | None:
+        return None
+
+
 def _guarded(read: Callable[[], T], errors: list[str], default: T) -> T:
     try:
         return read()
     except (OSError, ValueError, KeyError) as e:
         errors.append(f"checkpoint unreadable: {_first_line(e)}")
         return default
+
+
+def _no_operation(exists: bool | None) -> str:
+    return {None: "(not read)", False: "(no table)"}.get(exists, "-")
 
 
 def _driver_text(view: DriverView | None, error: str | None) -> str:
