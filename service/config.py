@@ -263,6 +263,9 @@ class Settings(BaseSettings):
     # Start past offsets the brokers no longer have (recorded in bronze/skipped_offsets)
     # instead of refusing to start (`service.kafka.lost_offsets`).
     kafka_skip_lost_offsets: bool = False
+    # The consumer group the checkpoint's offsets are committed to after each batch, for
+    # Kafka's own lag tools (never read back); empty: none.
+    kafka_consumer_group: str = "lakehouse-ingest"
     # How long the start waits for the brokers to answer before it gives up (exit 4).
     kafka_connect_timeout_seconds: float = Field(default=30.0, gt=0)
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)

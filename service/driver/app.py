@@ -24,7 +24,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from service.background import Lifecycle, Resource
 from service.config import Settings
+from service.driver.consumer_group import CommittedOffsetsListener, ConsumerGroupCommitter
+from service.driver.freshness import CaughtUpKeeper
 from service.driver.http import HttpServer
+from service.driver.jvm import JvmSampler
 from service.driver.lag import LaggedQuery, LagPoller
 from service.driver.lake_audit import AuditedTopic, LakeAuditor
 from service.driver.metrics import IngestMetrics, MetricsListener
@@ -90,7 +93,18 @@ def run(settings: Settings, available_now: bool = False) -> int:
         # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.
         _stop_on_signals(stop_requested)
         spark.streams.addListener(MetricsListener(metrics))
+        components.start(JvmSampler(spark.sparkContext._jvm, metrics.jvm))
         health.lease = lease
+        checkpoints = {
+            q.name: checkpoint_location(settings, q.name) for q in ingest_queries(settings)
+        }
+        components.start(CaughtUpKeeper(checkpoints, ObjectFiles(settings), metrics))
+        if settings.kafka_consumer_group:
+            committer = ConsumerGroupCommitter(
+                settings, checkpoints, ObjectFiles(settings), metrics
+            )
+            spark.streams.addListener(CommittedOffsetsListener(committer, list(checkpoints)))
+            components.start(committer)
         stable_ends = offsets_consumer(settings)
         components.start(Resource(stable_ends.close))
         # The log's end (high watermark) tells a recreated topic from an open transaction.

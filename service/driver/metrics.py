@@ -35,11 +35,12 @@ from typing import Any
 import pyspark
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
+from service.driver.jvm import JvmSample
 from service.ingest.validation import ERROR_CODES
 
 log = structlog.get_logger(__name__)
@@ -116,6 +117,54 @@ class MaintenanceMetrics(Collector):
         self.failures.labels(table).inc()
 
 
+class JvmMetrics(Collector):
+    """The driver JVM's families, from its latest sample (`service.driver.jvm`): nothing is
+    read from the JVM at scrape time. Absent until the first sample."""
+
+    def __init__(self) -> None:
+        self._sample: JvmSample | None = None
+
+    def sampled(self, sample: JvmSample) -> None:
+        """Keep ``sample`` for the next scrapes."""
+        self._sample = sample
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self._sample
+        if sample is None:
+            return
+        used = GaugeMetricFamily(
+            f"{PREFIX}_jvm_memory_used_bytes", "Driver JVM memory in use.", labels=["area"]
+        )
+        used.add_metric(["heap"], sample.heap_used)
+        used.add_metric(["nonheap"], sample.nonheap_used)
+        yield used
+        if sample.heap_max > 0:
+            limit = GaugeMetricFamily(
+                f"{PREFIX}_jvm_memory_max_bytes",
+                "Driver JVM heap maximum (-Xmx, from INGEST_SPARK_DRIVER_MEMORY).",
+                labels=["area"],
+            )
+            limit.add_metric(["heap"], sample.heap_max)
+            yield limit
+        gc = CounterMetricFamily(
+            f"{PREFIX}_jvm_gc_collection_seconds",
+            "Time the driver JVM's garbage collectors spent collecting.",
+            labels=["gc"],
+        )
+        for name, seconds in sorted(sample.gc_seconds.items()):
+            gc.add_metric([name], seconds)
+        yield gc
+        threads = GaugeMetricFamily(
+            f"{PREFIX}_jvm_threads", "Driver JVM threads.", labels=["state"]
+        )
+        threads.add_metric(["live"], sample.threads)
+        threads.add_metric(["daemon"], sample.daemon_threads)
+        yield threads
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 class IngestMetrics:
     """The service's metric families on ``registry``, updated through intent-named methods.
 
@@ -131,8 +180,11 @@ class IngestMetrics:
         self._lock = threading.Lock()
         self._last_event: dict[str, float] = {}
         self._records_waiting: dict[str, int] = {}
+        self._caught_up: dict[str, float] = {}
         self.maintenance = MaintenanceMetrics(clock)
         registry.register(self.maintenance)
+        self.jvm = JvmMetrics()
+        registry.register(self.jvm)
         ProcessCollector(namespace=PREFIX, registry=registry)
         self.build_info = Gauge(
             f"{PREFIX}_build_info",
@@ -238,6 +290,13 @@ class IngestMetrics:
         )
         for result in ("ok", "broken", "error"):
             self.reconcile_checks.labels(result)
+        self.group_commits = Counter(
+            f"{PREFIX}_consumer_group_commits",
+            "Commits of an ingest query's checkpoint offsets to INGEST_KAFKA_CONSUMER_GROUP, by "
+            "result (ok, error: retried with the next batch), for Kafka's own lag tools.",
+            ["query", "result"],
+            registry=registry,
+        )
         self.reconcile_problems = Gauge(
             f"{PREFIX}_reconcile_problems",
             "Invariant violations the driver's periodic reconcile found since it started.",
@@ -345,12 +404,39 @@ class IngestMetrics:
         """Record that ``query`` is alive with nothing new to read (so caught up with Kafka)."""
         now = self._alive(query)
         if not watermarked:
-            self.freshness.labels(query, "caught_up").set(now)
+            self._caught_up_at(query, now)
+
+    def _caught_up_at(self, query: str, at: float) -> None:
+        with self._lock:
+            self._caught_up[query] = at
+        self.freshness.labels(query, "caught_up").set(at)
+
+    def caught_up(self, query: str) -> float | None:
+        """When ``query`` last read all Kafka had (unix seconds; None: not known)."""
+        with self._lock:
+            return self._caught_up.get(query)
+
+    def freshness_seeded(self, query: str, at: float) -> None:
+        """Start ``query``'s caught-up freshness at ``at`` (persisted by an earlier driver),
+        unless it caught up since."""
+        with self._lock:
+            if query in self._caught_up:
+                return
+        self._caught_up_at(query, at)
 
     def query_terminated(self, query: str, error_class: str) -> None:
         """Record that ``query`` stopped, cleanly (``none``) or with ``error_class``."""
         self.query_up.labels(query).set(0)
         self.terminations.labels(query, error_class).inc()
+
+    def consumer_group_declared(self, query: str) -> None:
+        """Create ``query``'s consumer-group commit counts at zero."""
+        for result in ("ok", "error"):
+            self.group_commits.labels(query, result)
+
+    def consumer_group_committed(self, query: str, ok: bool) -> None:
+        """Record a commit of ``query``'s checkpoint offsets to the consumer group."""
+        self.group_commits.labels(query, "ok" if ok else "error").inc()
 
     def reconcile_checked(
         self, records: Mapping[str, int], problems: int, duration_seconds: float
@@ -422,7 +508,7 @@ class IngestMetrics:
             if watermark > 0:  # 0 = no event seen yet
                 self.freshness.labels(name, "watermark").set(watermark)
         elif caught_up and (started := _epoch_seconds(progress.timestamp)) is not None:
-            self.freshness.labels(name, "caught_up").set(started)
+            self._caught_up_at(name, started)
 
     def _source_reported(self, query: str, source: Any) -> bool:
         """Whether a source read all it had (its lag is polled, see `kafka_lag_polled`)."""

@@ -1,4 +1,5 @@
-"""Small file reads without a JVM (checkpoint logs, the lease): pyarrow's S3 or local filesystem.
+"""Small file reads and writes without a JVM (checkpoint logs, the lease): pyarrow's S3 or local
+filesystem.
 
 URIs are the service's own: ``s3a://bucket/key`` (the S3 settings the driver uses:
 endpoint, credentials, region; path-style requests, as for MinIO) or Hadoop's
@@ -38,6 +39,14 @@ class ObjectFiles:
         except FileNotFoundError:
             return None
         return data.decode("utf-8")
+
+    def write_text(self, uri: str, text: str) -> None:
+        """Create or replace ``uri`` with ``text`` (UTF-8)."""
+        filesystem, path = self._locate(uri)
+        if filesystem is self._local:
+            filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with filesystem.open_output_stream(path) as stream:
+            stream.write(text.encode("utf-8"))
 
     def list_names(self, uri: str) -> list[str]:
         """Names of the entries directly under ``uri`` (empty if it does not exist)."""

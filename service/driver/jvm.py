@@ -1,0 +1,82 @@
+"""The driver JVM's memory, garbage collection and threads, sampled for the metrics.
+
+The process metrics of prometheus_client describe the Python process; the Spark driver's
+heap lives in its JVM. A `JvmSampler` reads the JVM's management beans through py4j
+every few seconds in a thread of its own, so a scrape never waits on the JVM (a JVM
+busy collecting garbage answers late, which is when the numbers matter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from service.background import PeriodicWorker
+
+SAMPLE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class JvmSample:
+    """One reading of the JVM: heap and non-heap in use, the heap's maximum (-1 when the
+    JVM sets none), each collector's total collection time, and thread counts."""
+
+    heap_used: int
+    heap_max: int
+    nonheap_used: int
+    gc_seconds: Mapping[str, float]
+    threads: int
+    daemon_threads: int
+
+
+def read_jvm(jvm: Any) -> JvmSample:
+    """Read the management beans of the JVM behind the py4j view ``jvm``."""
+    management = jvm.java.lang.management.ManagementFactory
+    memory = management.getMemoryMXBean()
+    heap, nonheap = memory.getHeapMemoryUsage(), memory.getNonHeapMemoryUsage()
+    threads = management.getThreadMXBean()
+    return JvmSample(
+        heap_used=int(heap.getUsed()),
+        heap_max=int(heap.getMax()),
+        nonheap_used=int(nonheap.getUsed()),
+        gc_seconds={
+            str(gc.getName()): max(0, int(gc.getCollectionTime())) / 1000.0
+            for gc in management.getGarbageCollectorMXBeans()
+        },
+        threads=int(threads.getThreadCount()),
+        daemon_threads=int(threads.getDaemonThreadCount()),
+    )
+
+
+class JvmSink(Protocol):
+    """Where samples go (`service.driver.metrics.JvmMetrics`)."""
+
+    def sampled(self, sample: JvmSample) -> None: ...
+
+
+class JvmSampler:
+    """Sample the JVM every ``interval_seconds`` (a `PeriodicWorker`) into ``sink``."""
+
+    def __init__(self, jvm: Any, sink: JvmSink, interval_seconds: float = SAMPLE_SECONDS) -> None:
+        self._jvm = jvm
+        self._sink = sink
+        self._worker = PeriodicWorker(
+            "jvm-sampler",
+            interval_seconds,
+            self._sample,
+            failed_event="jvm_sample_failed",
+            recovered_event="jvm_sample_recovered",
+        )
+
+    def _sample(self) -> list[str]:
+        self._sink.sampled(read_jvm(self._jvm))
+        return []
+
+    def start(self) -> None:
+        """Sample now and then every interval until `stop`."""
+        self._worker.start()
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._worker.stop()
