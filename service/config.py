@@ -235,7 +235,7 @@ def _aws(field: str) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every setting of the service; see the README's configuration table."""
+    """Every setting of the service; see docs/configuration.md."""
 
     model_config = SettingsConfigDict(
         env_prefix=_ENV_PREFIX,

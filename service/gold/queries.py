@@ -216,7 +216,7 @@ def start_gold_query(
             plan_version=version,
             latest=len(query.plans),
             hint="the checkpoint's state was started by an earlier plan and keeps it; "
-            "README 'Upgrading a lake' rebuilds the query with the latest",
+            "docs/tables.md 'Gold plan versions' rebuilds the query with the latest",
         )
     readings = (
         spark.readStream.format("delta")

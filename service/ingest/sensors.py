@@ -1,6 +1,6 @@
 """Bronze sensor records → validated, typed readings and their silver row shape.
 
-Rules are DESIGN.md §2 (sensors) with the edge cases decided in
+Rules are docs/contract.md's (sensors) with the edge cases decided in
 `service.ingest.validation`. Sensor-specific decisions: an unknown
 ``sensor_type`` is ``invalid_value``; ``value`` is required and range-checked
 for heart_rate and temperature, optional (any finite number) for accelerometer;

@@ -1,6 +1,6 @@
 """Bronze user records → validated profile changes, reduced to the newest change per user.
 
-Rules are DESIGN.md §2 (users) with the edge cases decided in
+Rules are docs/contract.md's (users) with the edge cases decided in
 `service.ingest.validation`. User-specific decisions: a record with a key
 and a null value is a tombstone, valid when the key is a user id (decimal
 integer ≥ 1 within 64 bits, leading zeros allowed; otherwise ``type_mismatch``

@@ -166,7 +166,7 @@ def recorded_plan(files: CheckpointFiles, uri: str, current: int) -> int:
         raise CheckpointMismatchError(
             f"checkpoint {uri} was started by plan version {version} of its query, but this "
             f"release knows versions 1 to {current}. Run the release that started it, or "
-            "rebuild the query's table and checkpoint (README: Upgrading a lake)."
+            "rebuild the query's table and checkpoint (docs/tables.md, Gold plan versions)."
         )
     return version
 

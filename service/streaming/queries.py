@@ -226,7 +226,7 @@ def check_tables(
             raise TableLayoutError(
                 f"{table.name} at {uri} was written with an earlier table layout "
                 f"({'; '.join(differences)}). Stop the driver and run `lakehouse-ingest "
-                "migrate` to upgrade it in place (README, Upgrading a lake)."
+                "migrate` to upgrade it in place (docs/tables.md, Upgrading a lake)."
             )
     # A table a later release added was written by none of the committed batches.
     verified = {

@@ -110,14 +110,14 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.hadoop.fs.s3a.fast.upload": "true",
         # Ride out a storage outage of minutes and resume within seconds of its end: s3a's
         # own retries (around the SDK's attempts) back off exponentially, so with 10 of
-        # them the one that finds the store back came up to minutes late (README).
+        # them the one that finds the store back came up to minutes late (docs/guarantees.md).
         "spark.hadoop.fs.s3a.retry.limit": "3",
         "spark.hadoop.fs.s3a.attempts.maximum": "20",
     }
     if settings.compact_min_files is not None:
         # Small files from frequent micro-batches compacted by the writer itself, right
         # after its commit (a dataChange=false commit that stream readers skip): the
-        # single writer stays the only writer (DESIGN.md §8).
+        # single writer stays the only writer (docs/guarantees.md, one driver per storage root).
         conf["spark.databricks.delta.autoCompact.enabled"] = "true"
         conf["spark.databricks.delta.autoCompact.minNumFiles"] = str(settings.compact_min_files)
     if settings.state_store_memory_mb is not None:

@@ -1,7 +1,7 @@
 """`lakehouse-ingest migrate`: upgrade tables written by an earlier layout, in place.
 
 The one earlier layout is bronze and quarantine with ``key``/``value`` as STRING
-(before DESIGN.md §3 made them the exact bytes, BINARY, with text views). Each
+(before the contract made them the exact bytes, BINARY, with text views). Each
 such table is rewritten by one Delta overwrite commit: its rows, Kafka
 coordinates and ``txn`` records (the exactly-once bookkeeping) stay, so the
 checkpoints still agree with it. A table created before one of its declared

@@ -1,7 +1,7 @@
 """The ``reconcile`` verb: check the lake's invariants from its tables alone, without a JVM.
 
 Every check is a DataFusion SQL statement over the Delta tables (`service.lake.lakeview`),
-by Kafka coordinates (topic, partition, offset) and set equality (DESIGN §3, §4):
+by Kafka coordinates (topic, partition, offset) and set equality (docs/contract.md, Reconciliation):
 
 - bronze: per topic and partition, one row per offset, and the offsets contiguous
   from the first present to the last (gaps reported as ranges), but for the offsets

@@ -154,7 +154,7 @@ class Status:
             if q.plan_version is not None and q.plan_version != q.latest_plan:
                 lines.append(
                     f"  {q.query}: runs plan {q.plan_version} of {q.latest_plan}, its state's "
-                    "layout; README 'Upgrading a lake' rebuilds it with the latest"
+                    "layout; docs/tables.md 'Gold plan versions' rebuilds it with the latest"
                 )
         lines.append("")
         lines += _columns(
