@@ -9,6 +9,10 @@ class ConfigError(IngestError):
     """Configuration is invalid; the message names the offending key."""
 
 
+class ContractError(ConfigError):
+    """A contract file is invalid or uses a keyword the engine does not support."""
+
+
 class KafkaAccessRefusedError(ConfigError):
     """The brokers refused the configured credentials or did not pass TLS verification."""
 
@@ -23,6 +27,10 @@ class CheckpointCorruptError(IngestError, ValueError):
 
 class KafkaOffsetsLostError(IngestError):
     """Kafka no longer has offsets a checkpoint still has to read (`service.kafka.lost_offsets`)."""
+
+
+class ContractChangeRefusedError(IngestError):
+    """A contract changed in a way the tables it wrote cannot follow (a breaking change)."""
 
 
 class TableLayoutError(IngestError):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    BooleanType,
     DataType,
     DateType,
     DoubleType,
@@ -216,13 +217,14 @@ def shown(text: Column) -> Column:
 # of repeating its expression, which keeps the generated code and the plan small.
 _READERS: dict[DataType, tuple[str, ...]] = {
     StringType(): ("string",),
+    BooleanType(): ("boolean",),
     LongType(): ("long",),
     DoubleType(): ("double",),
     TimestampType(): ("string", "long", "timestamp"),
     DateType(): ("string", "date"),
 }
 # Readers computed from the raw value, and those computed from other readers.
-_DIRECT_READERS = ("string", "long", "double")
+_DIRECT_READERS = ("string", "long", "double", "boolean")
 _DERIVED_READERS = ("timestamp", "date")
 
 
@@ -294,6 +296,8 @@ class JsonField:
             )
         if reader == "long":
             return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
+        if reader == "boolean":
+            return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
         text = self.as_string()
         if reader == "date":
             return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
@@ -317,6 +321,10 @@ class JsonField:
         """The value when it is a JSON integer within 64 bits."""
         return self._value("long")
 
+    def as_boolean(self) -> Column:
+        """The value when it is a JSON boolean."""
+        return self._value("boolean")
+
     def as_timestamp(self) -> Column:
         """The value when it is an ISO-8601 string or integer epoch milliseconds."""
         return self._value("timestamp")
@@ -329,6 +337,7 @@ class JsonField:
         """The value as ``data_type`` when it has the JSON type that stands for it."""
         readers: dict[DataType, Callable[[], Column]] = {
             StringType(): self.as_string,
+            BooleanType(): self.as_boolean,
             LongType(): self.as_long,
             DoubleType(): self.as_double,
             TimestampType(): self.as_timestamp,

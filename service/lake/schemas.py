@@ -22,6 +22,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from service.contracts.model import Contract
+
 # StructField metadata key: the column-name prefix of a nested object's flattened fields.
 FLATTEN_PREFIX = "flatten_prefix"
 
@@ -218,3 +220,56 @@ SENSOR_DUPLICATES = StructType(
         StructField("original_kafka_offset", LongType()),
     ]
 )
+
+
+def silver_schema(contract: Contract) -> StructType:
+    """A contract's silver table: for events, the typed payload, its derived columns,
+    ``_rescued``, lineage, ``ingested_at`` and the partition column; for entities, the key,
+    the rest of the payload (nullable: a deleted entity may have none), ``is_deleted``,
+    ``deleted_at``, ``_rescued``, the lineage of the change applied last and
+    ``ingested_at``."""
+    payload = contract.payload_columns()
+    if contract.mode == "entities":
+        key = next(c for c in payload if c.name == contract.key)
+        profile = [StructField(c.name, c.dataType) for c in payload if c.name != contract.key]
+        return StructType(
+            [
+                key,
+                *profile,
+                StructField("is_deleted", BooleanType(), nullable=False),
+                StructField("deleted_at", TimestampType()),
+                RESCUED,
+                *LINEAGE,
+                INGESTED_AT,
+            ]
+        )
+    partition = (
+        [StructField(contract.partition[0], DateType(), nullable=False)]
+        if contract.partition is not None
+        else []
+    )
+    return StructType(
+        [
+            *payload,
+            *(StructField(d.column, d.data_type) for d in contract.derived),
+            RESCUED,
+            *LINEAGE,
+            INGESTED_AT,
+            *partition,
+        ]
+    )
+
+
+def duplicates_schema(contract: Contract) -> StructType:
+    """An events contract's duplicates table: the repeated id, the coordinates of the repeat
+    and of the record it repeats (an audit that lets silver reconcile with bronze)."""
+    assert contract.id_field is not None
+    return StructType(
+        [
+            StructField(contract.id_field, StringType(), nullable=False),
+            *LINEAGE,
+            StructField("ingested_at", TimestampType()),
+            StructField("original_kafka_partition", IntegerType()),
+            StructField("original_kafka_offset", LongType()),
+        ]
+    )

@@ -1,0 +1,381 @@
+"""Finding, reading and checking contract files: the shipped ones and ``INGEST_CONTRACTS_DIR``'s.
+
+Every ``*.json`` file of this package is a shipped contract; every ``*.json`` file of
+``INGEST_CONTRACTS_DIR`` adds one, or replaces the shipped one of the same name. A
+document must be a valid JSON Schema (draft 2020-12, checked against its meta-schema)
+that uses only the keywords the engine compiles: anything else is refused with one
+line naming the file, the JSON pointer and the keyword (`ContractError`, exit 2),
+never ignored. Annotations (``title``, ``description``, ``$comment``, ``examples``,
+``default``, ``deprecated``) are kept and have no effect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from service.contracts.model import (
+    DERIVED_TYPES,
+    Branch,
+    Condition,
+    Conditional,
+    Contract,
+    Derived,
+    Field,
+    Tables,
+    flatten,
+)
+from service.errors import ContractError
+
+SHIPPED_DIR = Path(__file__).resolve().parent
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
+_VALUE_KEYWORDS = {
+    "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "pattern", "format", "x-lakehouse",
+}  # fmt: skip
+_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "x-lakehouse"}
+_ROOT_KEYWORDS = _OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired"}
+_FORMATS = ("date", "date-time")
+_TYPES = ("null", "boolean", "integer", "number", "string", "object")
+_EXTENSION_KEYS = {
+    "name", "topic", "key", "mode", "id", "order_by", "event_time", "max_future_seconds",
+    "dedup_horizon_seconds", "partition_by", "flatten", "derived", "tables", "version",
+}  # fmt: skip
+_FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
+_RESERVED_NAMES = ("alerts",)
+
+
+@dataclass(frozen=True)
+class Contracts:
+    """The contracts of a deployment, by name, in a stable order (shipped first)."""
+
+    by_name: Mapping[str, Contract]
+
+    def __iter__(self) -> Any:
+        return iter(self.by_name.values())
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def __getitem__(self, name: str) -> Contract:
+        return self.by_name[name]
+
+
+def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contracts:
+    """The shipped contracts and those of ``directory`` (which replace shipped ones of the
+    same name); ``topics`` overrides a contract's topic by contract name."""
+    files = {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.json"))}
+    if directory:
+        extra = Path(directory)
+        if not extra.is_dir():
+            raise ContractError(f"INGEST_CONTRACTS_DIR: {directory} is not a directory")
+        files |= {p.stem: p for p in sorted(extra.glob("*.json"))}
+    contracts = [read_contract(path, topics) for path in files.values()]
+    by_name: dict[str, Contract] = {}
+    for contract in contracts:
+        if contract.name in by_name:
+            raise ContractError(
+                f"{contract.source}: contract name {contract.name!r} is also that of "
+                f"{by_name[contract.name].source}"
+            )
+        by_name[contract.name] = contract
+    _refuse_shared_tables(by_name.values())
+    return Contracts(by_name)
+
+
+def read_contract(path: Path, topics: Mapping[str, str] | None = None) -> Contract:
+    """The contract in the file at ``path``; `ContractError` naming what is wrong."""
+    source = str(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ContractError(f"{source}: not a readable JSON document: {e}") from None
+    return parse_contract(document, source, path.stem, topics or {})
+
+
+def parse_contract(
+    document: Any, source: str, default_name: str, topics: Mapping[str, str]
+) -> Contract:
+    """Check ``document`` and read it as a contract (pure)."""
+    if not isinstance(document, dict):
+        raise ContractError(f"{source}: a contract is a JSON object (a JSON Schema document)")
+    if document.get("$schema", DRAFT) != DRAFT:
+        raise _unsupported(source, "/$schema", "$schema", f"only {DRAFT} is supported")
+    try:
+        Draft202012Validator.check_schema(document)
+    except SchemaError as e:
+        pointer = "/" + "/".join(str(p) for p in e.absolute_path)
+        raise ContractError(
+            f"{source}: not a valid JSON Schema at {pointer}: {e.message}"
+        ) from None
+    _check_root(source, document)
+    extension: Mapping[str, Any] = document.get("x-lakehouse", {})
+    name = str(extension.get("name", default_name))
+    if not name.isidentifier() or not name.islower() or name in _RESERVED_NAMES:
+        raise _bad(source, "/x-lakehouse/name", f"{name!r} is not a lower-case identifier"
+                   f" (nor one of {', '.join(_RESERVED_NAMES)})")  # fmt: skip
+    prefixes = dict(extension.get("flatten", {}))
+    fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
+    paths = {f.path: f for f in fields}
+    conditionals = tuple(_conditionals(source, document, paths))
+    contract = Contract(
+        name=name,
+        source=source,
+        document=document,
+        topic=topics.get(name, str(extension.get("topic", name))),
+        mode=_mode(source, extension),
+        fields=fields,
+        conditionals=conditionals,
+        tables=_tables(source, name, extension),
+        id_field=extension.get("id"),
+        key=extension.get("key"),
+        order_by=extension.get("order_by"),
+        event_time=extension.get("event_time"),
+        max_future_seconds=extension.get("max_future_seconds"),
+        dedup_horizon_seconds=extension.get("dedup_horizon_seconds"),
+        partition=_partition(extension),
+        derived=tuple(_derived(source, extension)),
+        rescue_unknown=document.get("additionalProperties", True) is not False,
+        version=extension.get("version"),
+    )
+    _check_extension(contract, extension)
+    return contract
+
+
+def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:
+    reason = f": {why}" if why else ""
+    return ContractError(
+        f"{source}: {pointer}: keyword {keyword!r} is not supported by the engine{reason}"
+        " (docs/contracts.md lists the keywords it compiles)"
+    )
+
+
+def _bad(source: str, pointer: str, why: str) -> ContractError:
+    return ContractError(f"{source}: {pointer}: {why}")
+
+
+def _check_keywords(
+    source: str, schema: Mapping[str, Any], pointer: str, allowed: set[str]
+) -> None:
+    for keyword in schema:
+        if keyword not in allowed and keyword not in _ANNOTATIONS:
+            raise _unsupported(source, f"{pointer}/{keyword}", keyword)
+
+
+def _check_root(source: str, document: Mapping[str, Any]) -> None:
+    _check_keywords(source, document, "", _ROOT_KEYWORDS)
+    if document.get("type") != "object":
+        raise _bad(source, "/type", 'a contract describes a JSON object: "type": "object"')
+    _check_object(source, document, "")
+    for i, rule in enumerate(document.get("allOf", ())):
+        at = f"/allOf/{i}"
+        _check_keywords(source, rule, at, {"if", "then", "else"})
+        if "if" not in rule:
+            raise _bad(source, at, "an allOf entry is an if/then/else rule")
+        _check_keywords(source, rule["if"], f"{at}/if", {"required", "properties"})
+        for name, condition in rule["if"].get("properties", {}).items():
+            _check_keywords(source, condition, f"{at}/if/properties/{name}", {"const", "enum"})
+        for branch in ("then", "else"):
+            if branch in rule:
+                _check_branch(source, rule[branch], f"{at}/{branch}")
+
+
+def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(additional, bool):
+        raise _unsupported(
+            source, f"{pointer}/additionalProperties", "additionalProperties",
+            "only true (unknown fields are kept in _rescued) or false (refused)",
+        )  # fmt: skip
+    for name, prop in schema.get("properties", {}).items():
+        at = f"{pointer}/properties/{name}"
+        types = prop.get("type")
+        if types is None:
+            raise _bad(source, at, "every property declares its type")
+        kinds = [types] if isinstance(types, str) else list(types)
+        for kind in kinds:
+            if kind not in _TYPES:
+                raise _unsupported(source, f"{at}/type", "type", f"type {kind!r}")
+        if "object" in kinds:
+            if set(kinds) - {"object", "null"}:
+                raise _unsupported(source, f"{at}/type", "type", "an object or null, not both")
+            _check_keywords(source, prop, at, _OBJECT_KEYWORDS)
+            _check_object(source, prop, at)
+            continue
+        _check_value(source, prop, at, kinds)
+
+
+def _check_value(source: str, schema: Mapping[str, Any], pointer: str, kinds: list[str]) -> None:
+    _check_keywords(source, schema, pointer, _VALUE_KEYWORDS)
+    if "format" in schema:
+        if schema["format"] not in _FORMATS:
+            raise _unsupported(source, f"{pointer}/format", "format", f"{schema['format']!r}")
+        if schema["format"] == "date" and set(kinds) - {"string", "null"}:
+            raise _bad(source, pointer, 'format "date" is a string (or null)')
+        if schema["format"] == "date-time" and set(kinds) - {"string", "integer", "null"}:
+            raise _bad(source, pointer, 'format "date-time" is a string or epoch milliseconds')
+    scalar = [k for k in kinds if k != "null"]
+    if not scalar:
+        raise _bad(source, f"{pointer}/type", "a field of type null only holds nothing")
+    if len(scalar) > 1 and set(scalar) not in ({"integer", "number"}, {"string", "integer"}):
+        raise _unsupported(source, f"{pointer}/type", "type", f"the union {scalar}")
+    if set(scalar) == {"string", "integer"} and schema.get("format") != "date-time":
+        raise _bad(source, f"{pointer}/type", 'string or integer only as "format": "date-time"')
+    for key in schema.get("x-lakehouse", {}):
+        if key not in _FIELD_EXTENSION_KEYS:
+            raise _unsupported(source, f"{pointer}/x-lakehouse/{key}", key)
+
+
+def _check_branch(source: str, branch: Mapping[str, Any], pointer: str) -> None:
+    _check_keywords(source, branch, pointer, {"required", "properties", "x-lakehouse"})
+    for name, prop in branch.get("properties", {}).items():
+        at = f"{pointer}/properties/{name}"
+        kinds = prop.get("type", ["string", "integer", "number", "boolean", "null"])
+        _check_value(source, prop, at, [kinds] if isinstance(kinds, str) else list(kinds))
+
+
+def _conditionals(
+    source: str, document: Mapping[str, Any], fields: Mapping[str, Field]
+) -> Iterable[Conditional]:
+    def known(names: Sequence[str], pointer: str) -> tuple[str, ...]:
+        for name in names:
+            if name not in fields:
+                raise _bad(source, pointer, f"{name!r} is not a property of the contract")
+        return tuple(names)
+
+    for i, rule in enumerate(document.get("allOf", ())):
+        at = f"/allOf/{i}"
+        condition = rule["if"]
+        equals = {
+            name: (tuple(c["enum"]) if "enum" in c else (c["const"],))
+            for name, c in condition.get("properties", {}).items()
+        }
+        when = Condition(known(condition.get("required", ()), f"{at}/if"), equals)
+        known(list(equals), f"{at}/if")
+        default = " when " + " and ".join(
+            f"{k} is {'/'.join(map(str, v))}" for k, v in equals.items()
+        )
+        branches: list[Branch | None] = []
+        for kind in ("then", "else"):
+            if kind not in rule:
+                branches.append(None)
+                continue
+            b = rule[kind]
+            known(b.get("required", ()), f"{at}/{kind}/required")
+            known(list(b.get("properties", {})), f"{at}/{kind}/properties")
+            label = b.get("x-lakehouse", {}).get("for")
+            suffix = f" for {label}" if label else (default if kind == "then" else " otherwise")
+            branches.append(
+                Branch(
+                    tuple(b.get("required", ())), b.get("properties", {}), suffix, f"{at}/{kind}"
+                )
+            )
+        yield Conditional(when, branches[0], branches[1])
+    for name, needed in document.get("dependentRequired", {}).items():
+        at = f"/dependentRequired/{name}"
+        known([name, *needed], at)
+        yield Conditional(
+            Condition((name,), {}),
+            Branch(tuple(needed), {}, f" when {name} is present", at),
+            None,
+        )
+
+
+def _mode(source: str, extension: Mapping[str, Any]) -> Any:
+    mode = extension.get("mode")
+    if mode not in ("events", "entities"):
+        raise _bad(source, "/x-lakehouse/mode", '"events" (append) or "entities" (upsert by key)')
+    return mode
+
+
+def _tables(source: str, name: str, extension: Mapping[str, Any]) -> Tables:
+    given = dict(extension.get("tables", {}))
+    unknown = set(given) - {"bronze", "silver", "duplicates"}
+    if unknown:
+        raise _bad(source, "/x-lakehouse/tables", f"unknown table kinds {sorted(unknown)}")
+    duplicates = given.get("duplicates", f"silver/{name}_duplicates")
+    tables = Tables(
+        bronze=given.get("bronze", f"bronze/{name}"),
+        silver=given.get("silver", f"silver/{name}"),
+        duplicates=duplicates if extension.get("mode") == "events" else None,
+    )
+    for kind, table in (("bronze", tables.bronze), ("silver", tables.silver)):
+        layer = table.partition("/")[0]
+        if layer != kind or not table.partition("/")[2]:
+            raise _bad(source, f"/x-lakehouse/tables/{kind}", f"{table!r} is not {kind}/<name>")
+    return tables
+
+
+def _partition(extension: Mapping[str, Any]) -> tuple[str, str] | None:
+    partition = extension.get("partition_by")
+    if partition is None:
+        return None
+    return str(partition["column"]), str(partition["day_of"])
+
+
+def _derived(source: str, extension: Mapping[str, Any]) -> Iterable[Derived]:
+    for i, derived in enumerate(extension.get("derived", ())):
+        data_type = DERIVED_TYPES.get(derived.get("type", ""))
+        if data_type is None or not derived.get("column") or not derived.get("sql"):
+            raise _bad(
+                source, f"/x-lakehouse/derived/{i}",
+                f"a derived column has a column, a type ({', '.join(DERIVED_TYPES)}) and sql",
+            )  # fmt: skip
+        yield Derived(str(derived["column"]), data_type, str(derived["sql"]))
+
+
+def _check_extension(contract: Contract, extension: Mapping[str, Any]) -> None:
+    source = contract.source
+    for key in extension:
+        if key not in _EXTENSION_KEYS:
+            raise _unsupported(source, f"/x-lakehouse/{key}", key)
+
+    def top_field(key: str, value: str | None, formats: tuple[str | None, ...]) -> Field:
+        pointer = f"/x-lakehouse/{key}"
+        if value is None or value not in contract.top_level:
+            raise _bad(source, pointer, f"{value!r} is not a top-level property of the contract")
+        f = contract.field(value)
+        if not f.required or f.nullable or f.format not in formats:
+            raise _bad(source, pointer, f"{value!r} must be a required, non-null "
+                       + " or ".join(x or "plain" for x in formats) + " property")  # fmt: skip
+        return f
+
+    if contract.mode == "events":
+        if top_field("id", contract.id_field, (None,)).types != ("string",):
+            raise _bad(source, "/x-lakehouse/id", "the id of an events contract is a string")
+    else:
+        entity_key = top_field("key", contract.key, (None,))
+        if set(entity_key.types) - {"integer", "string"}:
+            raise _bad(source, "/x-lakehouse/key", "an entity key is an integer or a string")
+        top_field("order_by", contract.order_by, ("date-time",))
+    if contract.event_time is not None:
+        top_field("event_time", contract.event_time, ("date-time",))
+    if contract.partition is not None:
+        column, day_of = contract.partition
+        top_field("partition_by", day_of, ("date-time",))
+        if column in {c.name for c in contract.payload_columns()}:
+            raise _bad(source, "/x-lakehouse/partition_by", f"{column!r} is already a column")
+    columns = [c.name for c in contract.payload_columns()] + [d.column for d in contract.derived]
+    duplicated = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicated:
+        raise _bad(source, "/x-lakehouse/flatten", f"two fields make the column(s) {duplicated}")
+
+
+def _refuse_shared_tables(contracts: Iterable[Contract]) -> None:
+    owners: dict[str, str] = {}
+    for contract in contracts:
+        for table in (contract.tables.bronze, contract.tables.silver, contract.tables.duplicates):
+            if table is None:
+                continue
+            if table in owners:
+                raise ContractError(
+                    f"{contract.source}: table {table} is also written by contract {owners[table]}"
+                )
+            owners[table] = contract.name

@@ -1,0 +1,240 @@
+"""A contract as the engine reads it: the fields of its JSON Schema, its conditional rules and
+its ``x-lakehouse`` extension block (pure: no Spark session, no I/O).
+
+The JSON Schema document is kept whole (`Contract.document`: what a producer validates
+against); the engine's view of it is `fields` (every property, nested objects
+flattened into columns, in document order: the order rules are checked in) and
+`conditionals` (``allOf`` entries of ``if``/``then``/``else``, and
+``dependentRequired``). `service.contracts.loading` builds it and refuses what the
+engine does not support, so this module can assume a supported document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    TimestampType,
+)
+
+Mode = Literal["events", "entities"]
+# The column type of each JSON type (strings by their format).
+_COLUMN_TYPES: Mapping[str, DataType] = {
+    "integer": LongType(),
+    "number": DoubleType(),
+    "boolean": BooleanType(),
+    "string": StringType(),
+}
+_FORMAT_TYPES: Mapping[str, DataType] = {"date": DateType(), "date-time": TimestampType()}
+# The Spark types a derived column may declare.
+DERIVED_TYPES: Mapping[str, DataType] = {
+    "string": StringType(),
+    "long": LongType(),
+    "double": DoubleType(),
+    "boolean": BooleanType(),
+    "date": DateType(),
+    "timestamp": TimestampType(),
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One property of the payload: its JSON path, the column it becomes, its schema."""
+
+    path: str
+    column: str
+    schema: Mapping[str, Any] = field(hash=False, compare=False)
+    pointer: str
+    required: bool
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The JSON types it allows (``integer`` apart from ``number``)."""
+        declared = self.schema.get("type", ())
+        return (declared,) if isinstance(declared, str) else tuple(declared)
+
+    @property
+    def is_object(self) -> bool:
+        """Whether it is a nested object (its properties are fields of their own)."""
+        return "object" in self.types
+
+    @property
+    def nullable(self) -> bool:
+        """Whether JSON null is a valid value."""
+        return "null" in self.types
+
+    @property
+    def format(self) -> str | None:
+        """Its ``format`` (``date`` or ``date-time``), if any."""
+        value = self.schema.get("format")
+        return str(value) if value is not None else None
+
+    @property
+    def data_type(self) -> DataType | None:
+        """The type of its column (None for a nested object, which has none)."""
+        if self.is_object:
+            return None
+        if (known := _FORMAT_TYPES.get(self.format or "")) is not None:
+            return known
+        kinds = [t for t in self.types if t != "null"]
+        if kinds == ["integer", "number"] or kinds == ["number", "integer"]:
+            return DoubleType()
+        return _COLUMN_TYPES[kinds[0]]
+
+    @property
+    def extension(self) -> Mapping[str, Any]:
+        """Its ``x-lakehouse`` annotations (message texts, date bounds)."""
+        value: Mapping[str, Any] = self.schema.get("x-lakehouse", {})
+        return value
+
+
+@dataclass(frozen=True)
+class Condition:
+    """The ``if`` of a conditional rule: every ``required`` field is present and each field
+    of ``equals`` holds one of its values."""
+
+    required: tuple[str, ...]
+    equals: Mapping[str, tuple[Any, ...]] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A ``then`` or ``else``: fields required there and rules on values; ``suffix`` ends
+    the detail of a rule that breaks there (e.g. " for heart_rate readings")."""
+
+    required: tuple[str, ...]
+    properties: Mapping[str, Mapping[str, Any]] = field(hash=False)
+    suffix: str
+    pointer: str
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """One conditional rule: ``then`` applies where ``when`` holds, ``otherwise`` elsewhere."""
+
+    when: Condition
+    then: Branch | None
+    otherwise: Branch | None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A column computed from the typed fields (a Spark SQL expression over their columns)."""
+
+    column: str
+    data_type: DataType
+    sql: str
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The tables of a contract's topic, by their names under the storage root."""
+
+    bronze: str
+    silver: str
+    duplicates: str | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A topic's contract: what its records are and how the lake keeps them."""
+
+    name: str
+    source: str
+    document: Mapping[str, Any] = field(hash=False, compare=False)
+    topic: str
+    mode: Mode
+    fields: tuple[Field, ...]
+    conditionals: tuple[Conditional, ...]
+    tables: Tables
+    # events: the id a repeat is known by; entities: the key (the Kafka key of a
+    # tombstone) and the field the newest change is chosen by.
+    id_field: str | None = None
+    key: str | None = None
+    order_by: str | None = None
+    event_time: str | None = None
+    max_future_seconds: int | None = None
+    dedup_horizon_seconds: int | None = None
+    # (column, field): a date column, the UTC day of a date-time field, partitions silver.
+    partition: tuple[str, str] | None = None
+    derived: tuple[Derived, ...] = ()
+    rescue_unknown: bool = True
+    version: int | None = None
+
+    @property
+    def query(self) -> str:
+        """The name of its ingest query (and of its checkpoint)."""
+        return f"ingest_{self.name}"
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the document as written (keys sorted): which contract wrote a table."""
+        canonical = json.dumps(self.document, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def top_level(self) -> tuple[str, ...]:
+        """The known top-level property names (every other one is rescued or refused)."""
+        return tuple(f.path for f in self.fields if "." not in f.path)
+
+    @property
+    def leaves(self) -> tuple[Field, ...]:
+        """The fields that become columns (all but nested objects), in document order."""
+        return tuple(f for f in self.fields if not f.is_object)
+
+    def field(self, path: str) -> Field:
+        """The field at JSON path ``path``."""
+        for f in self.fields:
+            if f.path == path:
+                return f
+        raise KeyError(path)
+
+    def payload_columns(self) -> list[StructField]:
+        """The typed columns a valid payload yields, in document order. A required field
+        whose type does not allow null is a non-nullable column."""
+        columns = []
+        for f in self.leaves:
+            assert f.data_type is not None
+            required = f.required and not f.nullable and "." not in f.path
+            columns.append(StructField(f.column, f.data_type, nullable=not required))
+        return columns
+
+
+def flatten(
+    properties: Mapping[str, Mapping[str, Any]],
+    required: Sequence[str],
+    prefixes: Mapping[str, str],
+    pointer: str = "",
+    path: str = "",
+    column_prefix: str = "",
+) -> list[Field]:
+    """Every property of ``properties`` as a `Field`, a nested object's own properties right
+    after it, their columns named with its prefix (``prefixes``, default ``<name>_``)."""
+    fields: list[Field] = []
+    for name, schema in properties.items():
+        here = f"{path}.{name}" if path else name
+        at = f"{pointer}/properties/{name}"
+        f = Field(here, column_prefix + name, schema, at, name in required)
+        fields.append(f)
+        if f.is_object:
+            prefix = column_prefix + prefixes.get(here, f"{name}_")
+            fields += flatten(
+                schema.get("properties", {}),
+                schema.get("required", ()),
+                prefixes,
+                at,
+                here,
+                prefix,
+            )
+    return fields

@@ -1,0 +1,426 @@
+"""A contract compiled to validation rules: one `Violation` per JSON Schema keyword, and the typed
+record a valid payload yields (pure: built-in Column expressions, no Python per record).
+
+Keyword → ``error_code`` (the contract's precedence then decides, by field order within a
+code; docs/contracts.md has the table):
+
+- ``required`` (and a ``then``'s, ``dependentRequired``): ``missing_field`` when the field
+  is absent, or JSON null where its type does not allow null;
+- ``type``: ``type_mismatch``; an integral number beyond 64 bits where an integer is
+  expected is ``out_of_range``;
+- ``format`` ``date``/``date-time``: a string that is not one is ``type_mismatch``; epoch
+  milliseconds outside years 1-9999 are ``out_of_range``;
+- ``enum``, ``const``, ``pattern``, ``minLength: 1`` (non-empty), ``additionalProperties:
+  false``: ``invalid_value``;
+- ``minimum``, ``maximum``, ``exclusive*``, ``minLength`` > 1, ``maxLength``, and the
+  extension's date bounds: ``out_of_range``; a number beyond double range is not finite
+  (``out_of_range``);
+- the extension's event time more than the allowed skew after arrival:
+  ``event_time_in_future``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from service.contracts.model import Branch, Condition, Contract, Field
+from service.ingest.validation import (
+    JsonField,
+    Violation,
+    json_object,
+    shown,
+)
+
+# 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
+_LONG_LIMIT = 9.223372036854775807e18
+_MIN_EPOCH_MILLIS = -62_135_596_800_000
+_MAX_EPOCH_MILLIS = 253_402_300_799_999
+_EXPECTED = {
+    "string": "a JSON string",
+    "integer": "a JSON integer",
+    "number": "a JSON number",
+    "boolean": "a JSON boolean",
+    "object": "a JSON object",
+}
+
+
+def json_fields(contract: Contract) -> dict[str, JsonField]:
+    """The contract's fields staged for checking, by JSON path (objects without a type)."""
+    return {f.path: JsonField(f.path, f.data_type) for f in contract.fields}
+
+
+def contract_violations(
+    contract: Contract, applies: Column, today: Column, max_future_seconds: int | None
+) -> list[Violation]:
+    """Every rule of ``contract``, in field order; each broken only where ``applies`` (an
+    entity's tombstone has no payload to check)."""
+    staged = json_fields(contract)
+    rules: list[Violation] = []
+    for f in contract.fields:
+        rules += _field_rules(contract, f, staged, today)
+    if not contract.rescue_unknown:
+        rules.append(_unknown_fields(contract))
+    if contract.event_time is not None and max_future_seconds is not None:
+        rules.append(_in_future(staged[contract.event_time], max_future_seconds))
+    return [Violation(r.code, applies & r.broken, r.detail) for r in rules]
+
+
+def _field_rules(
+    contract: Contract, f: Field, staged: Mapping[str, JsonField], today: Column
+) -> list[Violation]:
+    field = staged[f.path]
+    parent = f.path.rpartition(".")[0]
+    parent_present = staged[parent].present if parent else F.lit(True)
+    missing = field.kind.isNull() | ((field.kind == "null") & F.lit(not f.nullable))
+    rules = []
+    if f.required:
+        rules.append(
+            Violation("missing_field", parent_present & missing, _detail(f.path, "required"))
+        )
+    for conditional_when, branch in _branches(contract):
+        if f.path in branch.required:
+            rules.append(
+                Violation(
+                    "missing_field",
+                    conditional_when(staged) & missing,
+                    _detail(f.path, "required" + branch.suffix),
+                )
+            )
+    rules += _value_rules(f.path, f.schema, field, today, "", F.lit(True))
+    for conditional_when, branch in _branches(contract):
+        schema = branch.properties.get(f.path)
+        if schema is not None:
+            suffix = schema.get("x-lakehouse", {}).get("for")
+            rules += _value_rules(
+                f.path,
+                schema,
+                field,
+                today,
+                f" for {suffix}" if suffix else branch.suffix,
+                conditional_when(staged),
+            )
+    if f.is_object and f.schema.get("additionalProperties", True) is False:
+        rules.append(_unknown_nested(f, field))
+    return rules
+
+
+def _branches(contract: Contract) -> list[tuple[Any, Branch]]:
+    """(when, branch) of every ``then`` and ``else``; ``when`` builds the condition."""
+    result: list[tuple[Any, Branch]] = []
+    for conditional in contract.conditionals:
+        condition = conditional.when
+        if conditional.then is not None:
+            result.append((lambda s, c=condition: _holds(c, s), conditional.then))
+        if conditional.otherwise is not None:
+            result.append((lambda s, c=condition: ~_holds(c, s), conditional.otherwise))
+    return result
+
+
+def _holds(condition: Condition, staged: Mapping[str, JsonField]) -> Column:
+    """Whether an ``if`` holds: its required fields present, its fields equal to a value.
+    A field whose value cannot be compared (another type) makes it false, as in JSON Schema
+    (a ``const`` of another type never matches)."""
+    holds = F.lit(True)
+    for name in condition.required:
+        holds = holds & staged[name].kind.isNotNull()
+    for name, values in condition.equals.items():
+        holds = holds & F.coalesce(_equals_one_of(staged[name], values), F.lit(False))
+    return holds
+
+
+def _equals_one_of(field: JsonField, values: Sequence[Any]) -> Column:
+    checks = []
+    strings = [v for v in values if isinstance(v, str)]
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    booleans = [v for v in values if isinstance(v, bool)]
+    if strings:
+        checks.append(field.as_string().isin(*strings))
+    if numbers:
+        checks.append(field.as_double().isin(*[float(v) for v in numbers]))
+    if booleans:
+        checks.append(field.as_boolean().isin(*booleans))
+    if None in values:
+        checks.append(field.kind == "null")
+    result = F.lit(False)
+    for check in checks:
+        result = result | F.coalesce(check, F.lit(False))
+    return result
+
+
+def _value_rules(
+    path: str,
+    schema: Mapping[str, Any],
+    field: JsonField,
+    today: Column,
+    suffix: str,
+    when: Column,
+) -> list[Violation]:
+    """The rules of one schema node (a property, or its refinement in a ``then``)."""
+    rules: list[Violation] = []
+    declared = schema.get("type")
+    if declared is None:
+        kinds: tuple[str, ...] = ()
+    else:
+        kinds = (declared,) if isinstance(declared, str) else tuple(declared)
+    scalar = tuple(k for k in kinds if k != "null")
+    fmt = schema.get("format")
+    if kinds:
+        rules += _type_rules(path, field, kinds, fmt, suffix)
+    if fmt == "date-time":
+        rules += [
+            Violation(
+                "type_mismatch",
+                (field.kind == "string") & field.as_timestamp().isNull(),
+                _detail(path, "not an ISO-8601 timestamp: ", shown(field.as_string())),
+            ),
+            Violation(
+                "out_of_range",
+                (field.kind == "integer")
+                & ~field.as_long().between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS),
+                _detail(path, "epoch milliseconds outside years 1-9999"),
+            ),
+        ]
+    elif fmt == "date":
+        rules.append(
+            Violation(
+                "type_mismatch",
+                (field.kind == "string") & field.as_date().isNull(),
+                _detail(path, "not a YYYY-MM-DD date: ", shown(field.as_string())),
+            )
+        )
+    extension: Mapping[str, Any] = schema.get("x-lakehouse", {})
+    if fmt == "date" and ("minimum" in extension or "maximum" in extension):
+        rules.append(_date_bounds(path, field, extension, today))
+    text = field.as_string()
+    if "minLength" in schema:
+        low = int(schema["minLength"])
+        if low == 1:
+            rules.append(Violation("invalid_value", text == "", _detail(path, "empty string")))
+        elif low > 1:
+            length = F.char_length(text)
+            rules.append(
+                Violation(
+                    "out_of_range",
+                    length < low,
+                    _detail(path, length.cast("string"), f" characters is below {low}"),
+                )
+            )
+    if "maxLength" in schema:
+        high = int(schema["maxLength"])
+        length = F.char_length(text)
+        rules.append(
+            Violation(
+                "out_of_range",
+                length > high,
+                _detail(path, length.cast("string"), f" characters exceeds {high}"),
+            )
+        )
+    if "enum" in schema or "const" in schema:
+        rules.append(_one_of(path, schema, field, suffix))
+    if "pattern" in schema:
+        mismatch = extension.get("mismatch", f"does not match {schema['pattern']}")
+        rules.append(
+            Violation(
+                "invalid_value",
+                ~text.rlike(str(schema["pattern"])),
+                _detail(path, shown(text), f" {mismatch}{suffix}"),
+            )
+        )
+    if scalar and set(scalar) <= {"integer", "number"} and fmt is None:
+        if "number" in scalar:
+            rules.append(
+                Violation(
+                    "out_of_range",
+                    F.abs(field.as_double()) == float("inf"),
+                    _detail(path, "not a finite number"),
+                )
+            )
+        rules += _bounds(path, schema, field, integer="number" not in scalar, suffix=suffix)
+    return [Violation(r.code, when & r.broken, r.detail) for r in rules]
+
+
+def _type_rules(
+    path: str, field: JsonField, kinds: tuple[str, ...], fmt: Any, suffix: str
+) -> list[Violation]:
+    allowed = set(kinds)
+    if "number" in allowed:
+        allowed.add("integer")  # an integer is a number
+    scalar = [k for k in kinds if k != "null"]
+    if fmt == "date-time":
+        expected = (
+            "an ISO-8601 string or integer epoch milliseconds"
+            if "integer" in scalar
+            else "an ISO-8601 string"
+        )
+    elif fmt == "date":
+        expected = "a YYYY-MM-DD string"
+    else:
+        expected = " or ".join(_EXPECTED[k] for k in scalar)
+    if scalar == ["integer"]:
+        beyond = (field.kind == "number") & (
+            F.abs(F.try_variant_get(field.raw, "$", "double")) >= _LONG_LIMIT
+        )
+        return [
+            Violation(
+                "type_mismatch",
+                field.kind.isNotNull() & ~field.kind.isin(*allowed) & ~beyond,
+                _detail(path, f"expected {expected}{suffix}, got ", field.kind),
+            ),
+            Violation("out_of_range", beyond, _detail(path, "integer beyond 64 bits")),
+        ]
+    return [
+        Violation(
+            "type_mismatch",
+            field.kind.isNotNull() & ~field.kind.isin(*allowed),
+            _detail(path, f"expected {expected}{suffix}, got ", field.kind),
+        )
+    ]
+
+
+def _bounds(
+    path: str, schema: Mapping[str, Any], field: JsonField, integer: bool, suffix: str
+) -> list[Violation]:
+    value = field.as_long() if integer else field.as_double()
+
+    def shown_bound(bound: Any) -> str:
+        return str(int(bound)) if integer and float(bound).is_integer() else f"{float(bound):g}"
+
+    low, high = schema.get("minimum"), schema.get("maximum")
+    rules = []
+    if low is not None and high is not None:
+        rules.append(
+            Violation(
+                "out_of_range",
+                ~value.between(float(low), float(high)),
+                _detail(
+                    path,
+                    value.cast("string"),
+                    f" is outside {shown_bound(low)}..{shown_bound(high)}{suffix}",
+                ),
+            )
+        )
+    elif low is not None:
+        rules.append(
+            Violation(
+                "out_of_range",
+                value < float(low),
+                _detail(path, value.cast("string"), f" is below {shown_bound(low)}{suffix}"),
+            )
+        )
+    elif high is not None:
+        rules.append(
+            Violation(
+                "out_of_range",
+                value > float(high),
+                _detail(path, value.cast("string"), f" is above {shown_bound(high)}{suffix}"),
+            )
+        )
+    for keyword, words in (
+        ("exclusiveMinimum", "is not above"),
+        ("exclusiveMaximum", "is not below"),
+    ):
+        if keyword in schema:
+            bound = float(schema[keyword])
+            broken = value <= bound if keyword == "exclusiveMinimum" else value >= bound
+            rules.append(
+                Violation(
+                    "out_of_range",
+                    broken,
+                    _detail(path, value.cast("string"), f" {words} {shown_bound(bound)}{suffix}"),
+                )
+            )
+    return rules
+
+
+def _one_of(path: str, schema: Mapping[str, Any], field: JsonField, suffix: str) -> Violation:
+    values: list[Any] = list(schema["enum"]) if "enum" in schema else [schema["const"]]
+    listed = ", ".join(str(v) for v in values if v is not None)
+    words = f" is not one of {listed}" if "enum" in schema else f" is not {listed}"
+    present_value = F.coalesce(field.as_string(), field.raw.cast("string"))
+    return Violation(
+        "invalid_value",
+        field.kind.isNotNull() & ~_equals_one_of(field, values),
+        _detail(path, shown(present_value), words + suffix),
+    )
+
+
+def _date_bounds(
+    path: str, field: JsonField, extension: Mapping[str, Any], today: Column
+) -> Violation:
+    def bound(text: Any) -> Column:
+        if text == "today":
+            return today
+        return F.lit(datetime.date.fromisoformat(str(text)))
+
+    low = bound(extension.get("minimum", "0001-01-01"))
+    high = bound(extension.get("maximum", "9999-12-31"))
+    low_text = extension.get("minimum", "0001-01-01")
+    shown_range = f"{low_text}..{extension.get('maximum', '9999-12-31')}"
+    day = field.as_date()
+    return Violation(
+        "out_of_range",
+        ~day.between(low, high),
+        _detail(path, day.cast("string"), f" is outside {shown_range}"),
+    )
+
+
+def _unknown_fields(contract: Contract) -> Violation:
+    unknown = F.map_keys(
+        F.map_filter(json_object(F.col("_json")), lambda k, _: ~k.isin(*contract.top_level))
+    )
+    return Violation(
+        "invalid_value",
+        F.size(unknown) > 0,
+        F.concat(F.array_join(unknown, ", "), F.lit(": not a property of the contract")),
+    )
+
+
+def _unknown_nested(f: Field, field: JsonField) -> Violation:
+    known = list(f.schema.get("properties", {}))
+    members = F.try_variant_get(field.raw, "$", "map<string,variant>")
+    unknown = F.map_keys(F.map_filter(members, lambda k, _: ~k.isin(*known)))
+    return Violation(
+        "invalid_value",
+        F.coalesce(F.size(unknown) > 0, F.lit(False)),
+        F.concat(
+            F.lit(f"{f.path}."),
+            F.array_join(unknown, f", {f.path}."),
+            F.lit(": not a property of the contract"),
+        ),
+    )
+
+
+def _in_future(field: JsonField, max_future_seconds: int) -> Violation:
+    ahead_micros = F.unix_micros(field.as_timestamp()) - F.unix_micros(F.col("kafka_timestamp"))
+    return Violation(
+        "event_time_in_future",
+        ahead_micros > max_future_seconds * 1_000_000,
+        F.concat(
+            F.lit(f"{field.name}: "),
+            (ahead_micros / 1_000_000).cast("decimal(20,3)").cast("string"),
+            F.lit(f" s after arrival exceeds {max_future_seconds} s"),
+        ),
+    )
+
+
+def _detail(path: str, *parts: Column | str) -> Column:
+    return F.concat(F.lit(f"{path}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts])
+
+
+def typed_record(contract: Contract) -> dict[str, Column]:
+    """The typed columns of a valid payload (null where invalid) by name, in document order."""
+    staged = json_fields(contract)
+    return {
+        column.name: staged[f.path].as_type(column.dataType).alias(column.name)
+        for f, column in zip(contract.leaves, contract.payload_columns(), strict=True)
+    }
+
+
+def used_fields(contract: Contract) -> Iterable[JsonField]:
+    """Every staged field (`service.ingest.validation.stage_fields`)."""
+    return json_fields(contract).values()
