@@ -94,7 +94,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``show`` and ``reconcile``: read the tables with delta-rs (no JVM, no Spark)."""
-    from service.lake.tables import ALL_TABLES
     from service.verbs.show import DEFAULT_LIMIT, FORMATS
 
     show = commands.add_parser(
@@ -103,8 +102,12 @@ def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description="Print rows of a table of the lake, read with delta-rs (no JVM). Binary "
         "values (Kafka's exact bytes) print as hex, timestamps as ISO-8601.",
     )
-    names = [t.name for t in ALL_TABLES]
-    show.add_argument("table", choices=names, metavar="TABLE", help=", ".join(names))
+    show.add_argument(
+        "table",
+        metavar="TABLE",
+        help="a table of the lake, e.g. bronze/sensors, silver/quarantine, gold/heart_rate_5m "
+        "(each contract has its bronze and silver tables; `status` lists them all)",
+    )
     show.add_argument(
         "--where",
         metavar="SQL",
@@ -322,14 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``show`` or ``reconcile``: a bad request exits 2, an unreadable lake 1, one line each."""
     from service.errors import LakeReadError, LakeRequestError
-    from service.lake.lakeview import CATALOGUE, LakeReader
+    from service.lake.lakeview import LakeReader
 
     reader = LakeReader.from_settings(settings)
     try:
         if args.command == "show":
             from service.verbs.show import ShowRequest, show
 
-            table = CATALOGUE[args.table]
+            table = reader.table(args.table)
             request = ShowRequest(table, args.where, args.limit, args.version, args.format)
             show(reader, request, sys.stdout)
             return 0

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from service.contracts.loading import Contracts, load_contracts
 from service.errors import ConfigError
 
 _ENV_PREFIX = "INGEST_"
@@ -40,6 +42,7 @@ _INTERVAL = r"^\d+ (second|minute|hour)s?$"
 VACUUM_MIN_RETENTION_HOURS = 168
 # Where the checkpoints live under the storage root unless INGEST_CHECKPOINT_ROOT says.
 CHECKPOINTS_DIR = "_checkpoints"
+_TOPIC_VARIABLE = re.compile(r"^INGEST_([A-Z][A-Z0-9_]*)_TOPIC$")
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
@@ -245,10 +248,17 @@ class Settings(BaseSettings):
         case_sensitive=False,
     )
 
+    # Contracts and topics
+    # A directory of contract files (*.json) that add to the shipped ones or replace them.
+    contracts_dir: str | None = None
+    # The topic of each contract by contract name, where it is not the contract's own:
+    # INGEST_<NAME>_TOPIC (e.g. INGEST_USERS_TOPIC), or `topics:` in the YAML file.
+    topics: dict[str, str] = Field(default_factory=dict)
+
     # Kafka
     kafka_bootstrap_servers: str = "localhost:9092"
-    users_topic: str = Field(default="users", min_length=1)
-    sensors_topic: str = Field(default="sensors", min_length=1)
+    users_topic: str | None = Field(default=None, min_length=1)
+    sensors_topic: str | None = Field(default=None, min_length=1)
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     kafka_sasl_username: str | None = None
@@ -361,6 +371,22 @@ class Settings(BaseSettings):
     # replay on restart). The chart's terminationGracePeriodSeconds is this plus 30.
     stop_timeout_seconds: float = Field(default=150.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _topic_variables(cls, data: Any) -> Any:
+        """INGEST_<NAME>_TOPIC of any contract (users and sensors are fields of their own)."""
+        if not isinstance(data, dict):
+            return data
+        named = {
+            match[1].lower(): value
+            for key, value in os.environ.items()
+            if (match := _TOPIC_VARIABLE.match(key.upper()))
+            and match[1].lower() not in ("users", "sensors", "alerts")
+        }
+        if named:
+            data = {**data, "topics": {**named, **data.get("topics", {})}}
+        return data
+
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
         for server in self.kafka_bootstrap_servers.split(","):
@@ -415,6 +441,17 @@ class Settings(BaseSettings):
         if yaml_file:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
+
+    @cached_property
+    def contracts(self) -> Contracts:
+        """The contracts of this deployment: the shipped ones and ``contracts_dir``'s, each on
+        its topic (`topics`, INGEST_<NAME>_TOPIC). Read once; `ContractError` if invalid."""
+        overrides = {
+            name: topic
+            for name, topic in (("users", self.users_topic), ("sensors", self.sensors_topic))
+            if topic is not None
+        }
+        return load_contracts(self.contracts_dir, {**self.topics, **overrides})
 
     @property
     def gold_trigger_seconds(self) -> float:

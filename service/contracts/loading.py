@@ -34,6 +34,8 @@ from service.contracts.model import (
 from service.errors import ContractError
 
 SHIPPED_DIR = Path(__file__).resolve().parent
+# The shipped contracts come first, in this order (then the others by name).
+SHIPPED_ORDER = ("users", "sensors")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
 _VALUE_KEYWORDS = {
@@ -47,6 +49,7 @@ _TYPES = ("null", "boolean", "integer", "number", "string", "object")
 _EXTENSION_KEYS = {
     "name", "topic", "key", "mode", "id", "order_by", "event_time", "max_future_seconds",
     "dedup_horizon_seconds", "partition_by", "flatten", "derived", "tables", "version",
+    "stats_columns",
 }  # fmt: skip
 _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
 _RESERVED_NAMES = ("alerts",)
@@ -78,6 +81,9 @@ def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contract
             raise ContractError(f"INGEST_CONTRACTS_DIR: {directory} is not a directory")
         files |= {p.stem: p for p in sorted(extra.glob("*.json"))}
     contracts = [read_contract(path, topics) for path in files.values()]
+    contracts.sort(
+        key=lambda c: (SHIPPED_ORDER.index(c.name) if c.name in SHIPPED_ORDER else 99, c.name)
+    )
     by_name: dict[str, Contract] = {}
     for contract in contracts:
         if contract.name in by_name:
@@ -88,6 +94,10 @@ def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contract
         by_name[contract.name] = contract
     _refuse_shared_tables(by_name.values())
     return Contracts(by_name)
+
+
+def _shipped_rank(name: str) -> int:
+    return SHIPPED_ORDER.index(name) if name in SHIPPED_ORDER else 0
 
 
 def read_contract(path: Path, topics: Mapping[str, str] | None = None) -> Contract:
@@ -144,6 +154,7 @@ def parse_contract(
         derived=tuple(_derived(source, extension)),
         rescue_unknown=document.get("additionalProperties", True) is not False,
         version=extension.get("version"),
+        stats_columns=tuple(extension.get("stats_columns", ())),
     )
     _check_extension(contract, extension)
     return contract

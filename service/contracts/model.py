@@ -171,6 +171,8 @@ class Contract:
     derived: tuple[Derived, ...] = ()
     rescue_unknown: bool = True
     version: int | None = None
+    # Columns of silver that keep Delta file statistics (besides arrival): what reads prune on.
+    stats_columns: tuple[str, ...] = ()
 
     @property
     def query(self) -> str:

@@ -30,7 +30,6 @@ import structlog
 
 from service.background import PeriodicWorker
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
-from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
 from service.verbs.reconcile import Increment, Increments, Reconciliation
 
 log = structlog.get_logger(__name__)
@@ -159,10 +158,7 @@ class LakeAuditor:
         started = time.monotonic()
         report = self._check(increments)
         self._cursors = advance(self._cursors, increments, report)
-        records = {
-            BRONZE_SENSORS.name: report.sensors.bronze_rows,
-            BRONZE_USERS.name: report.users.coverage.bronze_rows,
-        }
+        records = report.records
         self._sink.reconcile_checked(records, len(report.problems), time.monotonic() - started)
         if report.problems:
             log.error(

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
+from service.errors import ConfigError
 from service.gold.transforms import (
     alerts,
     enrich_readings,
@@ -39,10 +40,9 @@ from service.lake.tables import (
     HEART_RATE_5M,
     HEART_RATE_ACTIVITY,
     READINGS_ENRICHED,
-    SENSOR_READINGS,
     SENSOR_STATS_1M,
-    USERS,
     Table,
+    catalogue_of,
 )
 from service.streaming.profile import BatchProfile
 from service.streaming.queries import (
@@ -176,10 +176,24 @@ class GoldWriter(QueryWriter):
             )
 
 
+def gold_sources(settings: Settings) -> tuple[Table, Table]:
+    """The silver tables gold reads: the ``sensors`` contract's (readings) and the ``users``
+    contract's (profiles); a deployment without them runs no gold (INGEST_GOLD_ENABLED)."""
+    missing = [n for n in ("sensors", "users") if n not in settings.contracts.by_name]
+    if missing:
+        raise ConfigError(
+            f"INGEST_GOLD_ENABLED: gold reads the contracts sensors and users, and "
+            f"{', '.join(missing)} is not among this deployment's contracts; set "
+            "INGEST_GOLD_ENABLED=false"
+        )
+    catalogue = catalogue_of(settings.contracts)
+    return catalogue.of("sensors").silver, catalogue.of("users").silver
+
+
 def _enrich_with_current_users(batch: DataFrame, settings: Settings) -> DataFrame:
     """Join ``batch`` with silver/users as of now, pinned to one version for the whole batch."""
     spark = batch.sparkSession
-    uri = USERS.uri(settings.storage_uri)
+    uri = gold_sources(settings)[1].uri(settings.storage_uri)
     # The latest version from a listing of the log: no Spark job, unlike the table's
     # history (0.15-0.2 s a batch; measured: a 10-row batch 0.57-0.70 s → 0.35-0.54 s).
     version = int(latest_snapshot(spark, uri)[1].version())
@@ -218,13 +232,13 @@ def start_gold_query(
             hint="the checkpoint's state was started by an earlier plan and keeps it; "
             "docs/tables.md 'Gold plan versions' rebuilds the query with the latest",
         )
+    source, _ = gold_sources(settings)
     readings = (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", settings.gold_max_files_per_trigger)
-        .load(SENSOR_READINGS.uri(settings.storage_uri))
+        .load(source.uri(settings.storage_uri))
     )
     stream = query.plans[version - 1](readings, settings).writeStream.outputMode("append")
-    source = SENSOR_READINGS.name
     return start_with_writer(
         spark,
         stream,
@@ -232,5 +246,5 @@ def start_gold_query(
         writer,
         available_now,
         query.pool,
-        source=source,
+        source=source.name,
     )

@@ -1,7 +1,8 @@
-"""Drop repeated readings: the same ``event_id`` seen again within the dedup horizon.
+"""Drop repeated events: the same id (an events contract's ``id``) seen again within the dedup
+horizon.
 
-Arrival time is ``kafka_timestamp``. A reading is a duplicate when an earlier
-reading with its ``event_id`` arrived at most ``horizon_seconds`` before it,
+Arrival time is ``kafka_timestamp``. An event is a duplicate when an earlier
+event with its id arrived at most ``horizon_seconds`` before it,
 either earlier in the same micro-batch or in silver already. A silver row at the
 reading's own Kafka coordinates is the reading itself (a micro-batch replayed
 after a crash), never its duplicate, so replays classify every record the same way.
@@ -18,8 +19,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-
-from service.lake.schemas import SENSOR_DUPLICATES
+from pyspark.sql.types import StructType
 
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
@@ -28,17 +28,24 @@ BROADCAST_IDS = 1_000_000
 
 
 def find_duplicates(
-    readings: DataFrame, recent_silver: DataFrame, horizon_seconds: int, rows: int
+    readings: DataFrame,
+    recent_silver: DataFrame,
+    horizon_seconds: int,
+    rows: int,
+    id_column: str,
+    schema: StructType,
 ) -> DataFrame:
-    """The silver/sensor_duplicates rows of ``readings``: each repeat and what it repeats.
+    """The duplicates table's rows (``schema``) of ``readings``: each repeat, what it repeats.
 
-    ``recent_silver`` is silver/sensor_readings, ideally pruned to the arrival window
-    ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
-    earliest silver reading it matches, else the previous one in the batch.
-    ``rows`` is the number of ``readings``: up to `BROADCAST_IDS` the batch's event
-    ids are broadcast (neither silver nor the batch is shuffled); beyond it (a large
-    replay), Spark plans the joins by its own estimates.
+    ``recent_silver`` is the contract's silver table, ideally pruned to the arrival
+    window ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
+    earliest silver event it matches, else the previous one in the batch. ``rows`` is
+    the number of ``readings``: up to `BROADCAST_IDS` the batch's ids are broadcast
+    (neither silver nor the batch is shuffled); beyond it (a large replay), Spark plans
+    the joins by its own estimates. ``id_column`` is renamed ``event_id`` while searching.
     """
+    readings = readings.withColumnRenamed(id_column, "event_id")
+    recent_silver = recent_silver.withColumnRenamed(id_column, "event_id")
     # Silver's rows that share an id with the batch, then the ids at two coordinates.
     share = rows <= BROADCAST_IDS
     batch_ids = readings.select("event_id")
@@ -94,7 +101,8 @@ def find_duplicates(
             F.col("_original.kafka_partition").alias("original_kafka_partition"),
             F.col("_original.kafka_offset").alias("original_kafka_offset"),
         )
-        .select([F.col(f.name).cast(f.dataType) for f in SENSOR_DUPLICATES.fields])
+        .withColumnRenamed("event_id", id_column)
+        .select([F.col(f.name).cast(f.dataType) for f in schema.fields])
     )
 
 

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from service.contracts.model import Contract
+from service.ingest.entities_merge import merge_clauses
 from service.ingest.rules import contract_violations, typed_record, used_fields
 from service.ingest.validation import (
     Violation,
@@ -154,6 +155,11 @@ class Entities:
     def profile(self) -> tuple[str, ...]:
         """The columns an upsert sets: every payload column but the key."""
         return tuple(c.name for c in self.contract.payload_columns() if c.name != self.key)
+
+    def merge_clauses(self) -> tuple[str, str, dict[str, str | Column], dict[str, str | Column]]:
+        """The clauses of the MERGE of `latest_changes` into silver (`merge_clauses`)."""
+        assert self.contract.order_by is not None
+        return merge_clauses(self.key, self.contract.order_by, self.profile())
 
     def latest_changes(self, valid: DataFrame) -> DataFrame:
         """One row per key: its newest upsert and newest tombstone of the batch.

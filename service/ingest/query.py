@@ -1,71 +1,55 @@
-"""The ingest queries: one per Kafka topic, what each reads and validates, the tables it writes."""
+"""The ingest queries: one per contract, reading its topic, validating, writing its tables."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from service.config import Settings
+from service.contracts.model import Contract
 from service.ingest.bronze import to_records
-from service.ingest.sensors import parse_sensor_readings
-from service.ingest.users import parse_user_changes
+from service.ingest.modes import parse_records
 from service.kafka.source import read_topic
-from service.lake.tables import (
-    BRONZE_SENSORS,
-    BRONZE_USERS,
-    OFFSET_GAPS_TABLE,
-    QUARANTINE_TABLE,
-    SENSOR_DUPLICATES_TABLE,
-    SENSOR_READINGS,
-    USERS,
-    Table,
-)
+from service.lake.tables import Table, contract_tables
 from service.streaming.queries import QueryWriter, start_with_writer
 
 
 @dataclass(frozen=True)
 class IngestQuery:
-    """One Kafka topic's ingest query and the tables it writes."""
+    """The ingest query of one contract: its topic and the tables it writes."""
 
-    name: str
-    topic: str
-    kind: Literal["users", "sensors"]
+    contract: Contract
     # The FAIR scheduler pool of its jobs, which also decides its trigger.
     pool: ClassVar[str] = "ingest"
 
     @property
+    def name(self) -> str:
+        """The query's name (``ingest_<contract>``), also its checkpoint's."""
+        return self.contract.query
+
+    @property
+    def topic(self) -> str:
+        """The Kafka topic it reads."""
+        return self.contract.topic
+
+    @property
     def tables(self) -> tuple[Table, ...]:
-        """Every table this query writes."""
-        if self.kind == "users":
-            return (BRONZE_USERS, QUARANTINE_TABLE, USERS, OFFSET_GAPS_TABLE)
-        return (
-            BRONZE_SENSORS,
-            QUARANTINE_TABLE,
-            SENSOR_READINGS,
-            SENSOR_DUPLICATES_TABLE,
-            OFFSET_GAPS_TABLE,
-        )
+        """Every table this query writes, bronze (its anchor) first."""
+        return contract_tables(self.contract).written
 
     def validate(self, records: DataFrame, settings: Settings) -> DataFrame:
-        """`to_records` rows with their ``error_code``/``error_detail`` and parsed payload."""
-        if self.kind == "users":
-            return parse_user_changes(records, max_payload_bytes=settings.max_payload_bytes)
-        return parse_sensor_readings(
-            records,
-            max_payload_bytes=settings.max_payload_bytes,
-            max_future_seconds=settings.max_future_seconds,
+        """`to_records` rows with their ``error_code``/``error_detail`` and typed ``record``."""
+        return parse_records(
+            self.contract, records, settings.max_payload_bytes, settings.max_future_seconds
         )
 
 
 def ingest_queries(settings: Settings) -> list[IngestQuery]:
-    """The ingest queries of this deployment, one per input topic."""
-    return [
-        IngestQuery("ingest_users", settings.users_topic, "users"),
-        IngestQuery("ingest_sensors", settings.sensors_topic, "sensors"),
-    ]
+    """The ingest queries of this deployment, one per contract."""
+    return [IngestQuery(contract) for contract in settings.contracts]
 
 
 def ingest_stream(

@@ -1,4 +1,4 @@
-"""The event ids silver/sensor_readings received lately, kept in the driver by its writer.
+"""The event ids an events contract's silver table received lately, kept by its writer.
 
 Dedup (`service.ingest.dedup`) searches silver's horizon for a batch's ids: a
 Spark job over the horizon's files, about 0.5 s even for ten readings, that nearly
@@ -63,11 +63,13 @@ class RecentIds:
         self,
         silver: LiveFiles,
         horizon_seconds: int,
+        id_column: str,
         most: int = MOST_IDS,
         small: int = SMALL_BATCH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._silver = silver
+        self._id = id_column
         self._clock = clock
         # When silver last held too many ids to load, no load is tried before this.
         self._retry_at = -math.inf
@@ -102,7 +104,7 @@ class RecentIds:
         if not self._current(spark, start - _SLACK):
             return False
         self._expire(start - _SLACK)
-        ids = [r.id for r in readings.select(_hashed("event_id")).collect()]
+        ids = [r.id for r in readings.select(_hashed(self._id)).collect()]
         batch = frozenset(ids)
         unseen = (
             start >= self._floor
@@ -136,7 +138,7 @@ class RecentIds:
         if now < self._retry_at:
             return False
         arrivals = self._silver.read(spark, floor, None).select(
-            _hashed("event_id"), F.unix_micros(self._silver.column).alias("micros")
+            _hashed(self._id), F.unix_micros(self._silver.column).alias("micros")
         )
         loaded = arrivals.limit(self._most + 1).toArrow()
         if loaded.num_rows > self._most:

@@ -21,9 +21,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from service.config import Location, Settings
 from service.errors import LakeReadError, LakeRequestError
-from service.lake.tables import ALL_TABLES, Table
-
-CATALOGUE: Mapping[str, Table] = {t.name: t for t in ALL_TABLES}
+from service.lake.tables import SHIPPED, Table, catalogue_of
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -34,13 +32,30 @@ class LakeReader:
 
     root: str
     options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The tables of the lake by name (default: those of the shipped contracts).
+    catalogue: Mapping[str, Table] = field(
+        default_factory=lambda: SHIPPED.by_name(), repr=False, compare=False
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LakeReader:
-        """The reader of ``settings``' storage root."""
-        return cls(
-            Location(settings.storage_uri).for_delta_rs(), settings.storage.delta_rs_options()
-        )
+        """The reader of ``settings``' storage root and contracts."""
+        root = Location(settings.storage_uri).for_delta_rs()
+        catalogue = catalogue_of(settings.contracts).by_name()
+        return cls(root, settings.storage.delta_rs_options(), catalogue)
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Every table of the lake."""
+        return tuple(self.catalogue.values())
+
+    def table(self, name: str) -> Table:
+        """The table named ``name``; `LakeRequestError` naming the others if there is none."""
+        if name not in self.catalogue:
+            raise LakeRequestError(
+                f"no table {name!r} in the catalogue; tables: {', '.join(self.catalogue)}"
+            )
+        return self.catalogue[name]
 
     def uri(self, table: Table) -> str:
         """Where ``table`` lives, as delta-rs addresses it."""

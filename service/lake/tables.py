@@ -15,15 +15,16 @@ from typing import Protocol
 
 from pyspark.sql.types import StructType
 
+from service.contracts.loading import Contracts, load_contracts
+from service.contracts.model import Contract
 from service.lake.schemas import (
     BRONZE,
     OFFSET_GAPS,
     QUARANTINE,
     QUARANTINE_REPLAYS,
-    SENSOR_DUPLICATES,
-    SILVER_SENSOR_READINGS,
-    SILVER_USERS,
     SKIPPED_OFFSETS,
+    duplicates_schema,
+    silver_schema,
 )
 
 # Delta properties set when a table is created (none beyond Delta's defaults yet).
@@ -97,22 +98,12 @@ class QuerySpec(Protocol):
 
 
 _BRONZE_STATS = _stats_on(*_ARRIVAL, "ingested_at")
-BRONZE_USERS = Table("bronze/users", BRONZE, properties=_BRONZE_STATS)
-BRONZE_SENSORS = Table("bronze/sensors", BRONZE, properties=_BRONZE_STATS)
 QUARANTINE_TABLE = Table(
     "silver/quarantine",
     QUARANTINE,
     properties=_stats_on("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at"),
 )
 QUARANTINE_REPLAYS_TABLE = Table("silver/quarantine_replays", QUARANTINE_REPLAYS)
-USERS = Table("silver/users", SILVER_USERS)
-SENSOR_READINGS = Table(
-    "silver/sensor_readings",
-    SILVER_SENSOR_READINGS,
-    ("event_date",),
-    _stats_on("user_id", "event_time", *_ARRIVAL, "ingested_at"),
-)
-SENSOR_DUPLICATES_TABLE = Table("silver/sensor_duplicates", SENSOR_DUPLICATES)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
 OFFSET_GAPS_TABLE = Table("bronze/offset_gaps", OFFSET_GAPS, added_later=True)
 
@@ -129,25 +120,89 @@ HEART_RATE_ACTIVITY = Table(
     "gold/heart_rate_activity", properties=_stats_on("user_id", "hr_event_time", "acc_event_time")
 )
 ALERTS = Table("gold/alerts")
+GOLD_TABLES = (SENSOR_STATS_1M, HEART_RATE_5M, READINGS_ENRICHED, HEART_RATE_ACTIVITY, ALERTS)
 
 # Written on an operator's word (`replay-quarantine`; the driver's start with
 # INGEST_KAFKA_SKIP_LOST_OFFSETS), not by a streaming query, so no query maintains
 # them: each adds a few small commits.
 OPERATOR_TABLES = (QUARANTINE_REPLAYS_TABLE, SKIPPED_OFFSETS_TABLE)
 
-ALL_TABLES = (
-    BRONZE_USERS,
-    BRONZE_SENSORS,
-    QUARANTINE_TABLE,
-    USERS,
-    SENSOR_READINGS,
-    SENSOR_DUPLICATES_TABLE,
-    QUARANTINE_REPLAYS_TABLE,
-    SKIPPED_OFFSETS_TABLE,
-    OFFSET_GAPS_TABLE,
-    SENSOR_STATS_1M,
-    HEART_RATE_5M,
-    READINGS_ENRICHED,
-    HEART_RATE_ACTIVITY,
-    ALERTS,
-)
+
+@dataclass(frozen=True)
+class ContractTables:
+    """The tables of one contract's topic: bronze (its anchor), silver, and for events the
+    duplicates."""
+
+    bronze: Table
+    silver: Table
+    duplicates: Table | None
+
+    @property
+    def written(self) -> tuple[Table, ...]:
+        """What the contract's ingest query writes, its anchor first (`QuerySpec`)."""
+        own = (self.bronze, QUARANTINE_TABLE, self.silver)
+        return (*own, *((self.duplicates,) if self.duplicates else ()), OFFSET_GAPS_TABLE)
+
+
+def contract_tables(contract: Contract) -> ContractTables:
+    """The tables of ``contract`` (names from its extension block, schemas from its fields)."""
+    stats = contract.stats_columns
+    silver = Table(
+        contract.tables.silver,
+        silver_schema(contract),
+        (contract.partition[0],) if contract.partition else (),
+        _stats_on(*stats, *_ARRIVAL, "ingested_at") if stats else _COMMON_PROPERTIES,
+    )
+    duplicates = (
+        Table(contract.tables.duplicates, duplicates_schema(contract))
+        if contract.tables.duplicates
+        else None
+    )
+    return ContractTables(
+        Table(contract.tables.bronze, BRONZE, properties=_BRONZE_STATS), silver, duplicates
+    )
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Every table of a lake: each contract's, the shared ones, gold's."""
+
+    contracts: Contracts
+
+    def of(self, name: str) -> ContractTables:
+        """The tables of the contract named ``name``."""
+        return contract_tables(self.contracts[name])
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Every table, bronze first (a stable order: contracts, shared, gold)."""
+        per = [contract_tables(c) for c in self.contracts]
+        return (
+            *(t.bronze for t in per),
+            QUARANTINE_TABLE,
+            *(t.silver for t in per),
+            *(t.duplicates for t in per if t.duplicates),
+            QUARANTINE_REPLAYS_TABLE,
+            SKIPPED_OFFSETS_TABLE,
+            OFFSET_GAPS_TABLE,
+            *GOLD_TABLES,
+        )
+
+    def by_name(self) -> dict[str, Table]:
+        """Every table by its name."""
+        return {t.name: t for t in self.tables}
+
+
+# The shipped contracts' tables (users and sensors), the tables gold reads and the tests
+# name; at run time, `Catalogue` of the deployment's contracts is the source of truth.
+SHIPPED = Catalogue(load_contracts(None, {}))
+_USERS, _SENSORS = SHIPPED.of("users"), SHIPPED.of("sensors")
+assert _SENSORS.duplicates is not None
+BRONZE_USERS, USERS = _USERS.bronze, _USERS.silver
+BRONZE_SENSORS, SENSOR_READINGS = _SENSORS.bronze, _SENSORS.silver
+SENSOR_DUPLICATES_TABLE: Table = _SENSORS.duplicates
+
+
+def catalogue_of(contracts: Contracts) -> Catalogue:
+    """The catalogue of a deployment's contracts (``settings.contracts``)."""
+    return Catalogue(contracts)

@@ -295,6 +295,16 @@ def _schedule(options: GeneratorOptions, stop: list[bool]) -> Iterator[datetime]
         yield datetime.now(UTC)
 
 
+def users_topic(settings: Settings) -> str:
+    """The topic of the users contract, which the generator's profiles follow."""
+    return settings.contracts["users"].topic
+
+
+def sensors_topic(settings: Settings) -> str:
+    """The topic of the sensors contract, which the generator's readings follow."""
+    return settings.contracts["sensors"].topic
+
+
 def _user_change(
     settings: Settings,
     options: GeneratorOptions,
@@ -305,18 +315,23 @@ def _user_change(
     """Maybe send a profile update (a fifth of them stale) or a tombstone of a random user."""
     roll = factory.roll()
     if roll < options.tombstone_fraction:
-        send(settings.users_topic, str(factory.random_user()), None, "users.tombstone")
+        send(users_topic(settings), str(factory.random_user()), None, "users.tombstone")
     elif roll < options.tombstone_fraction + options.user_update_fraction:
         user_id = factory.random_user()
         if factory.roll() < 0.2:
             send(
-                settings.users_topic,
+                users_topic(settings),
                 str(user_id),
                 factory.user(user_id, factory.stale_time(now)),
                 "users.stale_update",
             )
         else:
-            send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.update")
+            send(
+                users_topic(settings),
+                str(user_id),
+                factory.user(user_id, now),
+                "users.update",
+            )
 
 
 class Transaction:
@@ -393,7 +408,7 @@ class Transaction:
 
 def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     """Produce every user's profile, then readings; return what was delivered."""
-    topics = [settings.users_topic, settings.sensors_topic]
+    topics = [users_topic(settings), sensors_topic(settings)]
     ensure_topics(settings, topics, options.partitions)
     summary = GeneratorSummary()
 
@@ -446,24 +461,29 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     try:
         now = datetime.now(UTC)
         for user_id in range(1, options.users + 1):
-            send(settings.users_topic, str(user_id), factory.user(user_id, now), "users.profile")
+            send(
+                users_topic(settings),
+                str(user_id),
+                factory.user(user_id, now),
+                "users.profile",
+            )
         for event_time in _schedule(options, stop):
             _user_change(settings, options, factory, event_time, send)
             roll = factory.roll()
             if roll < options.bad_fraction:
                 key, payload = factory.bad_reading(event_time)
-                send(settings.sensors_topic, key, payload, "sensors.bad")
+                send(sensors_topic(settings), key, payload, "sensors.bad")
                 continue
             roll -= options.bad_fraction
             if roll < options.duplicate_fraction and sent:
                 key, reading = sent[-1 - int(factory.roll() * len(sent))]
-                send(settings.sensors_topic, key, reading, "sensors.duplicate")
+                send(sensors_topic(settings), key, reading, "sensors.duplicate")
                 continue
             roll -= options.duplicate_fraction
             late = roll < options.late_fraction
             device, reading = factory.reading(factory.late_time(event_time) if late else event_time)
             send(
-                settings.sensors_topic,
+                sensors_topic(settings),
                 device.device_id,
                 reading,
                 "sensors.late" if late else "sensors.valid",

@@ -20,12 +20,11 @@ from service.config import Settings
 from service.errors import TableLayoutError
 from service.ingest.bronze import raw_from_text
 from service.lake.lease import acquire_driver_lease
-from service.lake.tables import ALL_TABLES, BRONZE_SENSORS, BRONZE_USERS, QUARANTINE_TABLE, Table
+from service.lake.tables import QUARANTINE_TABLE, Table, catalogue_of
 from service.streaming.session import build_spark
 
 log = structlog.get_logger(__name__)
 
-_RAW_TABLES = (BRONZE_USERS, BRONZE_SENSORS, QUARANTINE_TABLE)
 _TEXT_LAYOUT = {"key": "string", "value": "string"}
 
 
@@ -42,11 +41,14 @@ def migrate(settings: Settings) -> list[str]:
 def migrate_tables(spark: SparkSession, settings: Settings) -> list[str]:
     """Upgrade every table of an earlier layout or properties; return the names of those changed."""
     migrated = []
-    for table in ALL_TABLES:
+    catalogue = catalogue_of(settings.contracts)
+    # The tables that keep raw records: every bronze table, and the quarantine.
+    raw = {*(catalogue.of(c.name).bronze.name for c in settings.contracts), QUARANTINE_TABLE.name}
+    for table in catalogue.tables:
         uri = table.uri(settings.storage_uri)
         if not DeltaTable.isDeltaTable(spark, uri):
             continue
-        rewritten = table in _RAW_TABLES and _upgrade(spark, table, uri)
+        rewritten = table.name in raw and _upgrade(spark, table, uri)
         if _set_properties(spark, table, uri) or rewritten:
             migrated.append(table.name)
     return migrated

@@ -46,20 +46,16 @@ from service.lake.lakeview import LakeReader, run_sql
 from service.lake.schemas import COORDINATES
 from service.lake.tables import (
     ALERTS,
-    ALL_TABLES,
-    BRONZE_SENSORS,
-    BRONZE_USERS,
     HEART_RATE_5M,
     OFFSET_GAPS_TABLE,
     QUARANTINE_REPLAYS_TABLE,
     QUARANTINE_TABLE,
     READINGS_ENRICHED,
-    SENSOR_DUPLICATES_TABLE,
-    SENSOR_READINGS,
     SENSOR_STATS_1M,
     SKIPPED_OFFSETS_TABLE,
-    USERS,
+    ContractTables,
     Table,
+    contract_tables,
 )
 from service.verbs.show import plain
 
@@ -173,18 +169,22 @@ class Coverage:
 
 
 @dataclass(frozen=True)
-class UsersCheck:
-    """silver/users against bronze/users and the users quarantine."""
+class EntitiesCheck:
+    """An entities contract's silver table against its bronze table and its quarantine."""
 
     coverage: Coverage
     silver_rows: int
-    duplicate_user_ids: int
-    duplicate_user_id_samples: list[int]
+    duplicate_keys: int
+    duplicate_key_samples: list[Any]
 
     @property
     def quarantined(self) -> int:
-        """Users records in the quarantine."""
+        """The contract's records in the quarantine."""
         return self.coverage.landed.get(QUARANTINE_TABLE.name, 0)
+
+
+# A contract's check: the events coverage, or the entities check.
+ContractCheck = Coverage | EntitiesCheck
 
 
 @dataclass(frozen=True)
@@ -209,8 +209,8 @@ class Reconciliation:
     duration_seconds: float
     tables: dict[str, int | None]
     bronze: list[PartitionOffsets]
-    sensors: Coverage
-    users: UsersCheck
+    # Each contract's check by contract name (in the JSON, a key of its own).
+    checks: dict[str, ContractCheck]
     gold: list[UniqueKeyCheck]
     problems: list[str]
     # Offsets Kafka no longer had, skipped at a driver's start (bronze/skipped_offsets):
@@ -222,9 +222,29 @@ class Reconciliation:
         """Whether every invariant holds."""
         return not self.problems
 
+    def events(self, contract: str) -> Coverage:
+        """The check of the events contract named ``contract``."""
+        check = self.checks[contract]
+        assert isinstance(check, Coverage), f"{contract} is not an events contract"
+        return check
+
+    def entities(self, contract: str) -> EntitiesCheck:
+        """The check of the entities contract named ``contract``."""
+        check = self.checks[contract]
+        assert isinstance(check, EntitiesCheck), f"{contract} is not an entities contract"
+        return check
+
+    # What each contract's check reads, for the text report.
+    descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The bronze records checked, per bronze table.
+    records: dict[str, int] = field(default_factory=dict)
+
     def to_json(self) -> str:
-        """The report as one JSON document (ranges as objects with their count)."""
+        """The report as one JSON document (ranges as objects with their count); each
+        contract's check under the contract's name (`sensors`, `users`, ...)."""
         document = {"ok": self.ok, **asdict(self)}
+        document.pop("descriptions")
+        document |= document.pop("checks")
         return json.dumps(_with_counts(document), indent=2, sort_keys=True, default=str)
 
     def to_text(self) -> str:
@@ -258,22 +278,22 @@ class Reconciliation:
                 "  skipped at a start, Kafka no longer had them (bronze/skipped_offsets): "
                 + ", ".join(str(r) for r in self.skipped)
             )
-        lines += [
-            "",
-            "sensors: bronze/sensors = silver/sensor_readings + silver/quarantine (sensors topic)"
-            " + silver/sensor_duplicates, by coordinates",
-            f"  bronze rows {self.sensors.bronze_rows}; landed: " + _landed(self.sensors.landed),
-            "  " + _coverage_counts(self.sensors),
-            "",
-            "users: one silver/users row per user id; its lineage and every quarantined users"
-            " record in bronze/users",
-            f"  bronze rows {self.users.coverage.bronze_rows}; silver/users rows "
-            f"{self.users.silver_rows}; quarantined {self.users.quarantined}",
-            f"  duplicate user ids {self.users.duplicate_user_ids}; "
-            + _coverage_counts(self.users.coverage, missing=False),
-            "",
-            "gold: unique keys",
-        ]
+        for name, check in self.checks.items():
+            rule, silver = self.descriptions.get(name, (name, "silver"))
+            lines += ["", f"{name}: {rule}"]
+            if isinstance(check, EntitiesCheck):
+                lines += [
+                    f"  bronze rows {check.coverage.bronze_rows}; {silver} rows "
+                    f"{check.silver_rows}; quarantined {check.quarantined}",
+                    f"  duplicate keys {check.duplicate_keys}; "
+                    + _coverage_counts(check.coverage, missing=False),
+                ]
+            else:
+                lines += [
+                    f"  bronze rows {check.bronze_rows}; landed: " + _landed(check.landed),
+                    "  " + _coverage_counts(check),
+                ]
+        lines += ["", "gold: unique keys"]
         lines += _columns(
             ("TABLE", "KEY", "ROWS", "DUPLICATE KEYS", "EXTRA ROWS"),
             [
@@ -296,39 +316,59 @@ def reconcile(
     since: datetime | None,
     increments: Increments | None = None,
 ) -> Reconciliation:
-    """Check every invariant of the lake under ``reader``'s root.
+    """Check every invariant of the lake under ``reader``'s root, for every contract of
+    ``settings``.
 
     The silver and gold snapshots are read before bronze's: a batch writes bronze first,
     so every row they hold has its bronze record in the later snapshot.
     """
     started = time.monotonic()
-    later = (BRONZE_USERS, BRONZE_SENSORS)
-    opened = {t: reader.open_if_exists(t) for t in ALL_TABLES if t not in later}
+    contracts = list(settings.contracts)
+    tables = {c.name: contract_tables(c) for c in contracts}
+    later = [t.bronze for t in tables.values()]
+    catalogue = reader.tables
+    opened = {t: reader.open_if_exists(t) for t in catalogue if t not in later}
     opened |= {t: reader.open_if_exists(t) for t in later}
-    opened = {t: opened[t] for t in ALL_TABLES}
+    opened = {t: opened[t] for t in catalogue}
     if not any(opened.values()):
         raise LakeRequestError(f"no table of the lake found under {reader.root}")
     checks = _LakeChecks({t: d for t, d in opened.items() if d is not None}, since, increments)
     skipped = checks.skipped_offsets()
-    bronze = [*checks.bronze_offsets(BRONZE_USERS), *checks.bronze_offsets(BRONZE_SENSORS)]
+    bronze = [p for c in contracts for p in checks.bronze_offsets(tables[c.name].bronze)]
     if increments is not None:
         recorded = checks.recorded_gaps(increments)
-        bronze = with_edges(bronze, increments, {settings.users_topic: BRONZE_USERS}, recorded)
-    sensor_topics = _topics(bronze, BRONZE_SENSORS, settings.sensors_topic)
-    user_topics = _topics(bronze, BRONZE_USERS, settings.users_topic)
-    sensors = checks.coverage(
-        BRONZE_SENSORS,
-        [
-            (SENSOR_READINGS, None),
-            (QUARANTINE_TABLE, sensor_topics),
-            (SENSOR_DUPLICATES_TABLE, None),
-        ],
-        all_must_land=True,
-    )
-    users = checks.users_check(user_topics)
+        bronze_of = {c.topic: tables[c.name].bronze for c in contracts}
+        bronze = with_edges(bronze, increments, bronze_of, recorded)
+    results: dict[str, ContractCheck] = {}
+    descriptions: dict[str, tuple[str, str]] = {}
+    topics: list[str] = []
+    for contract in contracts:
+        own = tables[contract.name]
+        seen = _topics(bronze, own.bronze, contract.topic)
+        topics += seen
+        if own.duplicates is not None:
+            results[contract.name] = checks.coverage(
+                own.bronze,
+                [(own.silver, None), (QUARANTINE_TABLE, seen), (own.duplicates, None)],
+                all_must_land=True,
+            )
+            descriptions[contract.name] = (
+                f"{own.bronze.name} = {own.silver.name} + {QUARANTINE_TABLE.name}"
+                f" ({contract.topic} topic) + {own.duplicates.name}, by coordinates",
+                own.silver.name,
+            )
+        else:
+            assert contract.key is not None
+            results[contract.name] = checks.entities_check(own, contract.key, seen)
+            descriptions[contract.name] = (
+                f"one {own.silver.name} row per {contract.key}; its lineage and every"
+                f" quarantined {contract.name} record in {own.bronze.name}",
+                own.silver.name,
+            )
     gold = [checks.unique_keys(t, key) for t, key in GOLD_KEYS.items() if t in checks.tables]
-    problems = _problems(bronze, sensors, users, gold)
-    problems += checks.foreign_quarantine(sensor_topics + user_topics)
+    problems = _problems(bronze, {c.name: (tables[c.name], results[c.name]) for c in contracts})
+    problems += [p for p in _gold_problems(gold)]
+    problems += checks.foreign_quarantine(topics)
     return Reconciliation(
         storage_root=settings.storage_uri,
         since=_iso(since) if since else None,
@@ -336,11 +376,17 @@ def reconcile(
         duration_seconds=round(time.monotonic() - started, 3),
         tables={t.name: (d.version() if d is not None else None) for t, d in opened.items()},
         bronze=bronze,
-        sensors=sensors,
-        users=users,
+        checks=results,
         gold=gold,
         problems=problems,
         skipped=skipped,
+        descriptions=descriptions,
+        records={
+            tables[name].bronze.name: (
+                check.coverage if isinstance(check, EntitiesCheck) else check
+            ).bronze_rows
+            for name, check in results.items()
+        },
     )
 
 
@@ -502,20 +548,26 @@ class _LakeChecks:
             repeated=by_problem.get("repeated", Finding()),
         )
 
-    def users_check(self, user_topics: Sequence[str]) -> UsersCheck:
-        """One row per user id; lineage and the users quarantine in bronze, never both."""
+    def entities_check(
+        self, tables: ContractTables, key: str, topics: Sequence[str]
+    ) -> EntitiesCheck:
+        """One row per key; lineage and the contract's quarantine in bronze, never both."""
         coverage = self.coverage(
-            BRONZE_USERS, [(USERS, None), (QUARANTINE_TABLE, user_topics)], all_must_land=False
+            tables.bronze,
+            [(tables.silver, None), (QUARANTINE_TABLE, topics)],
+            all_must_land=False,
         )
-        if USERS not in self.tables:
-            return UsersCheck(coverage, 0, 0, [])
-        users = self._sql_names[USERS]
+        if tables.silver not in self.tables:
+            return EntitiesCheck(coverage, 0, 0, [])
+        silver = self._sql_names[tables.silver]
         duplicates = self._run(
-            f"SELECT user_id, COUNT(*) AS copies FROM {users} GROUP BY user_id"
-            " HAVING COUNT(*) > 1 ORDER BY user_id"
-        ).column("user_id")
-        rows = self._run(f"SELECT COUNT(*) AS n FROM {users}").column("n")[0].as_py()
-        return UsersCheck(coverage, int(rows), len(duplicates), duplicates.to_pylist()[:MAX_RANGES])
+            f'SELECT "{key}" AS k, COUNT(*) AS copies FROM {silver} GROUP BY "{key}"'
+            " HAVING COUNT(*) > 1 ORDER BY k"
+        ).column("k")
+        rows = self._run(f"SELECT COUNT(*) AS n FROM {silver}").column("n")[0].as_py()
+        return EntitiesCheck(
+            coverage, int(rows), len(duplicates), duplicates.to_pylist()[:MAX_RANGES]
+        )
 
     def unique_keys(self, table: Table, key: Sequence[str]) -> UniqueKeyCheck:
         """Rows of a gold table that share their key with another (of a table keyed by
@@ -568,18 +620,18 @@ def increments_sql(increments: Increments) -> str:
 def with_edges(
     partitions: Sequence[PartitionOffsets],
     increments: Increments,
-    users: Mapping[str, Table],
+    bronze: Mapping[str, Table],
     recorded: Sequence[OffsetRange] = (),
 ) -> list[PartitionOffsets]:
     """``partitions`` (bronze within ``increments``) with the gaps at the edges of each
     increment added: before the first offset present when the start is expected, and a
     whole increment absent. (Offsets after the last one present are the next check's
-    start.) ``users`` maps the users topic to its bronze table; other topics are sensors'.
-    Offsets within a ``recorded`` range (holding no record) are not a gap."""
+    start.) ``bronze`` maps each topic to its bronze table. Offsets within a
+    ``recorded`` range (holding no record) are not a gap."""
     found = {(p.topic, p.partition): p for p in partitions}
     result = []
     for topic, by_partition in sorted(increments.items()):
-        table = users.get(topic, BRONZE_SENSORS).name
+        table = bronze[topic].name
         for partition, increment in sorted(by_partition.items()):
             present = found.pop((topic, partition), None)
             if present is None:
@@ -777,9 +829,7 @@ def _topics(partitions: Sequence[PartitionOffsets], table: Table, configured: st
 
 def _problems(
     bronze: Sequence[PartitionOffsets],
-    sensors: Coverage,
-    users: UsersCheck,
-    gold: Sequence[UniqueKeyCheck],
+    checks: Mapping[str, tuple[ContractTables, ContractCheck]],
 ) -> list[str]:
     problems = []
     for p in bronze:
@@ -789,10 +839,13 @@ def _problems(
             problems.append(f"{where}: {p.missing_offsets} offsets missing (gaps: {gaps})")
         if p.duplicate_rows:
             problems.append(f"{where}: {p.duplicate_rows} duplicate rows")
-    for label, coverage, landing in (
-        (BRONZE_SENSORS.name, sensors, "silver (readings, quarantine, duplicates)"),
-        (BRONZE_USERS.name, users.coverage, f"{USERS.name} or quarantine"),
-    ):
+    for tables, check in checks.values():
+        label = tables.bronze.name
+        if isinstance(check, EntitiesCheck):
+            coverage, landing = check.coverage, f"{tables.silver.name} or quarantine"
+        else:
+            coverage = check
+            landing = f"{tables.silver.name}, quarantine or duplicates"
         for name, finding, meaning in (
             ("missing", coverage.missing, f"records of {label} landed in no table of {landing}"),
             ("extra", coverage.extra, f"rows of {landing} are not in {label}"),
@@ -801,18 +854,22 @@ def _problems(
             if finding.count:
                 first = finding.ranges[0]
                 problems.append(f"{name}: {finding.count} {meaning} (first: {first})")
-    if users.duplicate_user_ids:
-        sample = ", ".join(str(u) for u in users.duplicate_user_id_samples[:5])
-        problems.append(
-            f"{USERS.name}: {users.duplicate_user_ids} user ids have more than one row ({sample})"
-        )
-    for g in gold:
-        if g.duplicate_keys:
+        if isinstance(check, EntitiesCheck) and check.duplicate_keys:
+            sample = ", ".join(str(u) for u in check.duplicate_key_samples[:5])
             problems.append(
-                f"{g.table}: {g.duplicate_keys} keys ({', '.join(g.key)}) occur more than once "
-                f"({g.extra_rows} extra rows; first: {g.samples[0] if g.samples else '-'})"
+                f"{tables.silver.name}: {check.duplicate_keys} keys have more than one row"
+                f" ({sample})"
             )
     return problems
+
+
+def _gold_problems(gold: Sequence[UniqueKeyCheck]) -> list[str]:
+    return [
+        f"{g.table}: {g.duplicate_keys} keys ({', '.join(g.key)}) occur more than once "
+        f"({g.extra_rows} extra rows; first: {g.samples[0] if g.samples else '-'})"
+        for g in gold
+        if g.duplicate_keys
+    ]
 
 
 def _offsets(r: OffsetRange) -> str:

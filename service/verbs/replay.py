@@ -3,12 +3,13 @@
 After a fix (a producer's clock, ``INGEST_MAX_FUTURE_SECONDS`` raised, a value the
 contract now accepts), the quarantined records a selection names are read back from
 bronze (their exact bytes) and go through what live records go through
-(`service.ingest.writer`): validation with the current settings, then for readings the
-dedup against silver (a reading already there lands in silver/sensor_duplicates) and
-for users the MERGE's ordering rules. What passes lands in silver; gold's streams
-read it like late data. Quarantine rows are kept: silver/quarantine_replays records
-per record and replay what happened (``silver``, ``duplicate``, or ``rejected`` with
-the code the record fails with now, so a later replay may take it again).
+(`service.ingest.strategies`): validation with the current settings and contracts,
+then for an events contract the dedup against silver (an event already there lands in
+its duplicates table) and for an entities contract the MERGE's ordering rules. What
+passes lands in silver; gold's streams read it like late data. Quarantine rows are
+kept: silver/quarantine_replays records per record and replay what happened
+(``silver``, ``duplicate``, or ``rejected`` with the code the record fails with now,
+so a later replay may take it again).
 
 A replay runs under the driver lease (never beside a running driver) and commits
 under the Delta app id ``lakehouse-ingest:replay:<replay id>``: its plan (the
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import reduce
@@ -35,25 +37,18 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
-from service.ingest.dedup import find_duplicates, without_duplicates
 from service.ingest.query import IngestQuery, ingest_queries
-from service.ingest.sensors import to_sensor_readings
-from service.ingest.users import latest_user_changes
-from service.ingest.users_merge import merge_users_once
+from service.ingest.strategies import silver_writer, summarize
 from service.ingest.validation import split_valid_invalid
-from service.ingest.writer import recent_readings, silver_files, summarize
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
 from service.lake.lease import acquire_driver_lease
 from service.lake.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.lake.tables import (
-    BRONZE_SENSORS,
-    BRONZE_USERS,
     QUARANTINE_REPLAYS_TABLE,
     QUARANTINE_TABLE,
-    SENSOR_DUPLICATES_TABLE,
-    SENSOR_READINGS,
-    USERS,
+    Table,
+    contract_tables,
 )
 from service.streaming.session import build_spark
 from service.verbs.reconcile import MOVED
@@ -239,7 +234,7 @@ class _Replayer:
                 F.col("error_code"),
                 F.lit(None).cast("string").alias("error_detail"),
             )
-            self._append(planned, self.replays_uri, app_id, _PLAN)
+            self.append(planned, self.replays_uri, app_id, _PLAN)
             log.info("replay_planned", replay_id=replay_id)
         outcomes = []
         for topic, query in self.queries.items():
@@ -256,16 +251,17 @@ class _Replayer:
                 "error_code",
                 "error_detail",
             )
-            self._append(rows, self.replays_uri, app_id, _OUTCOMES)
+            self.append(rows, self.replays_uri, app_id, _OUTCOMES)
             log.info("replay_done", replay_id=replay_id)
         return result
 
     def _replay_topic(
         self, query: IngestQuery, plan: DataFrame, app_id: str, stamp: Column, dry_run: bool
     ) -> DataFrame:
-        """Validate and write one topic's planned records as live records are; their outcomes."""
-        bronze = BRONZE_USERS if query.kind == "users" else BRONZE_SENSORS
-        records = self._read(bronze.uri(self.settings.storage_uri)).join(
+        """Validate and write one topic's planned records as live records are (the same
+        silver strategy as the driver's); their outcomes."""
+        tables = contract_tables(query.contract)
+        records = self._read(tables.bronze.uri(self.settings.storage_uri)).join(
             plan.select(*COORDINATES), list(COORDINATES), "left_semi"
         )
         parsed = (
@@ -275,33 +271,42 @@ class _Replayer:
         )
         summary = summarize(parsed)
         valid, _ = split_valid_invalid(parsed)
-        if query.kind == "users":
-            if summary.valid and not dry_run:
-                self._merge_users(latest_user_changes(valid), app_id)
-            return classify(parsed, None)
-        readings = to_sensor_readings(valid)
-        silver = silver_files(self.settings)
-        recent = recent_readings(self.spark, silver, summary, self.settings)
-        horizon = self.settings.dedup_horizon_seconds
-        duplicates = find_duplicates(readings, recent, horizon, summary.valid)
-        duplicates = duplicates.persist()
-        if summary.valid and not dry_run:
-            storage = self.settings.storage_uri
-            if not duplicates.isEmpty():
-                self._append(duplicates, SENSOR_DUPLICATES_TABLE.uri(storage), app_id, _WRITES)
-            fresh = without_duplicates(readings, duplicates)
-            self._append(fresh, SENSOR_READINGS.uri(storage), app_id, _WRITES)
-        return classify(parsed, duplicates)
+        writer = silver_writer(query.contract, self.settings, live=False)
+        outcome = writer.write(valid, summary, _ReplayWrites(self, app_id), dry_run)
+        return classify(parsed, outcome.duplicates)
 
-    def _append(self, rows: DataFrame, uri: str, app_id: str, version: int) -> None:
+    def append(self, rows: DataFrame, uri: str, app_id: str, version: int) -> None:
+        """Append ``rows`` once under the replay's txn (the lease fenced first)."""
         if self.fence is not None:
             self.fence()
         append_once(rows.coalesce(self.settings.spark_shuffle_partitions), uri, app_id, version)
 
-    def _merge_users(self, changes: DataFrame, app_id: str) -> None:
-        if self.fence is not None:
-            self.fence()
-        merge_users_once(changes, USERS.uri(self.settings.storage_uri), app_id, _WRITES)
+
+@dataclass(frozen=True)
+class _ReplayWrites:
+    """A replay's silver writes (`service.ingest.strategies.Writes`): one after the other,
+    each committed under the replay's app id with the writes' version."""
+
+    replayer: _Replayer
+    app_id: str
+    version: int = _WRITES
+
+    def append(self, rows: DataFrame, table: Table) -> None:
+        self.replayer.append(
+            rows, table.uri(self.replayer.settings.storage_uri), self.app_id, self.version
+        )
+
+    def together(self, writes: Sequence[Callable[[], object]]) -> None:
+        for write in writes:
+            write()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def fence(self) -> None:
+        if self.replayer.fence is not None:
+            self.replayer.fence()
 
 
 def _add_counts(counts: dict[str, int], plan: DataFrame) -> int:

@@ -20,6 +20,7 @@ from pyspark.sql.streaming.listener import QueryProgressEvent
 
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.ingest.query import IngestQuery
+from service.lake.tables import SHIPPED
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
@@ -110,7 +111,7 @@ def exported_names() -> set[str]:
     for name in ("kafka_caught_up.json", "watermark_dropped_late_rows.json"):
         event = json.loads((REPO / "tests" / "unit" / "progress" / name).read_text())
         listener.onQueryProgress(QueryProgressEvent.fromJson(event))
-    query = IngestQuery("ingest_sensors", "sensors", "sensors")
+    query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)
     metrics.kafka_lag_polled(query.name, query.topic, [0])

@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
+import service.ingest.strategies
 import service.ingest.writer
 from service.__main__ import main
-from service.ingest.users_merge import merge_users_once
+from service.ingest.entities_merge import merge_entities_once
 from service.lake.delta import append_once, table_transactions
 
 T = TypeVar("T")
@@ -52,12 +53,14 @@ def _committed(df: DataFrame, uri: str, app_id: str) -> int:
 def crashing(write: Callable[..., T]) -> Callable[..., T]:
     """``write`` (an idempotent table write), with the ``before``/``after`` points."""
 
-    def wrapped(df: DataFrame, uri: str, app_id: str, version: int, **options: Any) -> T:
+    def wrapped(
+        df: DataFrame, uri: str, app_id: str, version: int, *args: Any, **options: Any
+    ) -> T:
         table = _table(uri)
         if PHASE == f"before:{table}":
             crash(PHASE)
         was = _committed(df, uri, app_id) if PHASE == f"after:{table}" else None
-        result = write(df, uri, app_id, version, **options)
+        result = write(df, uri, app_id, version, *args, **options)
         if was is not None and _committed(df, uri, app_id) > was:
             crash(PHASE)
         return result
@@ -75,7 +78,7 @@ def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
 
 
 service.ingest.writer.append_once = crashing(append_once)  # type: ignore[attr-defined]
-service.ingest.writer.merge_users_once = crashing(merge_users_once)  # type: ignore[attr-defined]
+service.ingest.strategies.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
 service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
     service.ingest.writer.BatchWriter.__call__
 )

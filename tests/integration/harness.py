@@ -22,7 +22,7 @@ from pyspark.sql import Column, SparkSession
 
 from service.config import Location
 from service.lake.lakeview import LakeReader
-from service.lake.tables import ALL_TABLES
+from service.lake.tables import SHIPPED
 
 REPO = Path(__file__).resolve().parents[2]
 # A test's driver (and a cluster test's executor) lives seconds to a few minutes, and
@@ -253,7 +253,7 @@ class Lake:
         }
         reader = LakeReader(Location(self.storage_root).for_delta_rs(), options)
         rows = {}
-        for table in ALL_TABLES:
+        for table in SHIPPED.tables:
             delta = reader.open_if_exists(table)
             if delta is None:
                 continue

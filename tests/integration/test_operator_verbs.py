@@ -30,9 +30,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
-from service.lake.lakeview import CATALOGUE, LakeReader
+from service.lake.lakeview import LakeReader
 from service.lake.schemas import COORDINATES
-from service.lake.tables import ALL_TABLES
+from service.lake.tables import SHIPPED
 from service.verbs.reconcile import Increment, reconcile
 from service.verbs.show import ShowRequest, show
 from tests.integration.harness import REPO, Lake
@@ -123,7 +123,8 @@ def shown(lake: Lake, name: str, **request: Any) -> list[dict[str, Any]]:
     """Every row `show` prints (JSON Lines) for table ``name``, in process (the CLI's own
     path is tested below with fewer runs: each costs a Python start)."""
     out = io.StringIO()
-    show(lake_reader(lake), ShowRequest(CATALOGUE[name], limit=0, output_format="json", **request),
+    table = SHIPPED.by_name()[name]
+    show(lake_reader(lake), ShowRequest(table, limit=0, output_format="json", **request),
          out)  # fmt: skip
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
@@ -137,7 +138,7 @@ def as_shown(value: Any) -> Any:
 
 def test_show_reads_every_table_as_spark_does(spark: SparkSession, lake: Lake) -> None:
     seconds = {}
-    for table in ALL_TABLES:
+    for table in SHIPPED.tables:
         started = time.monotonic()
         rows = shown(lake, table.name)
         seconds[table.name] = round(time.monotonic() - started, 2)
@@ -155,7 +156,7 @@ def test_show_travels_in_time_filters_and_prints_bytes_as_hex(
     # Every version of a table created empty (ingest) and of one created by its first append
     # (gold): the rows of each as Spark reads them at that version.
     for name in ("bronze/sensors", "gold/sensor_stats_1m"):
-        latest = lake_reader(lake).open(CATALOGUE[name]).version()
+        latest = lake_reader(lake).open(SHIPPED.by_name()[name]).version()
         counts = {v: len(shown(lake, name, version=v)) for v in range(latest + 1)}
         assert {v: read(spark, lake.table(name), v).count() for v in counts} == counts
         assert len(set(counts.values())) > 1, f"{name}: versions hold different rows {counts}"
@@ -319,8 +320,8 @@ def test_reconcile_finds_a_hand_made_gap_and_duplicates(
         stats["samples"][0]["device_id"],
     )
     assert ([user["user_id"]], 1) == (
-        report["users"]["duplicate_user_id_samples"],
-        report["users"]["duplicate_user_ids"],
+        report["users"]["duplicate_key_samples"],
+        report["users"]["duplicate_keys"],
     )
     text = cli(lake, "reconcile", INGEST_STORAGE_ROOT=str(copy))
     assert 1 == text.code
@@ -349,8 +350,8 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
 
     whole = reconcile(LakeReader.from_settings(settings), settings, None, increment)
     assert [] == whole.problems
-    assert end - start == whole.sensors.bronze_rows
-    assert 0 == whole.users.coverage.bronze_rows  # not in the increment
+    assert end - start == whole.events("sensors").bronze_rows
+    assert 0 == whole.entities("users").coverage.bronze_rows  # not in the increment
     enriched = DeltaTable(str(copy / "gold" / "readings_enriched")).to_pyarrow_table(
         filters=[
             ("kafka_topic", "=", lake.sensors_topic),
@@ -370,8 +371,8 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
         partition.missing_offsets,
         [(g.first, g.last) for g in partition.gaps],
     )
-    assert 2 == broken.sensors.extra.count  # their silver rows, which bronze now lacks
-    assert end - start - 2 == broken.sensors.bronze_rows
+    assert 2 == broken.events("sensors").extra.count  # their silver rows, which bronze now lacks
+    assert end - start - 2 == broken.events("sensors").bronze_rows
     assert f"{start}-{start + 1}" in broken.problems[0]
 
 

@@ -25,7 +25,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_follow_the_design_contract() -> None:
     settings = load_settings()
     assert "localhost:9092" == settings.kafka_bootstrap_servers
-    assert ("users", "sensors") == (settings.users_topic, settings.sensors_topic)
+    assert ("users", "sensors") == tuple(settings.contracts[n].topic for n in ("users", "sensors"))
     assert "file:" + str(Path("var/lakehouse").resolve()) == settings.storage_uri
     assert settings.storage_uri + "/_checkpoints" == settings.checkpoint_uri
     assert "local[*]" == settings.spark_master

@@ -15,7 +15,7 @@ from service.ingest.dedup import (
     find_duplicates,
     without_duplicates,
 )
-from service.ingest.writer import summarize
+from service.ingest.strategies import summarize
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from tests.unit.records import readings
 
@@ -46,7 +46,7 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
             ("new", 2, 12, T0),
         ],
     )
-    duplicates = find_duplicates(batch, silver, HORIZON, rows)
+    duplicates = find_duplicates(batch, silver, HORIZON, rows, "event_id", SENSOR_DUPLICATES)
     fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
     assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
@@ -66,7 +66,7 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
 def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     silver = readings(spark, [("a", 0, 1, T0)])
     batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
-    duplicates = find_duplicates(batch, silver, HORIZON, 3)
+    duplicates = find_duplicates(batch, silver, HORIZON, 3, "event_id", SENSOR_DUPLICATES)
     assert 0 == duplicates.count()
     assert ["a", "b", "c"] == sorted(
         r.event_id for r in without_duplicates(batch, duplicates).collect()

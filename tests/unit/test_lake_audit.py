@@ -17,12 +17,12 @@ from service.driver.metrics import IngestMetrics
 from service.lake.object_files import ObjectFiles
 from service.verbs.reconcile import (
     Coverage,
+    EntitiesCheck,
     Finding,
     Increment,
     Increments,
     PartitionOffsets,
     Reconciliation,
-    UsersCheck,
 )
 
 
@@ -35,10 +35,13 @@ def report(bronze: list[PartitionOffsets], rows: int, problems: list[str]) -> Re
         duration_seconds=0.1,
         tables={},
         bronze=bronze,
-        sensors=Coverage(rows, {}, Finding(), Finding(), Finding()),
-        users=UsersCheck(Coverage(0, {}, Finding(), Finding(), Finding()), 0, 0, []),
+        checks={
+            "users": EntitiesCheck(Coverage(0, {}, Finding(), Finding(), Finding()), 0, 0, []),
+            "sensors": Coverage(rows, {}, Finding(), Finding(), Finding()),
+        },
         gold=[],
         problems=problems,
+        records={"bronze/users": 0, "bronze/sensors": rows},
     )
 
 

@@ -26,6 +26,7 @@ from service.driver.metrics import (
 )
 from service.ingest.query import IngestQuery
 from service.ingest.validation import ERROR_CODES
+from service.lake.tables import SHIPPED
 
 PROGRESS = Path(__file__).parent / "progress"
 SENSORS = {"query": "ingest_sensors"}
@@ -266,7 +267,7 @@ def test_batch_outcome_counts_quarantine_by_code_rows_per_table_and_duplicates(
 def test_declared_query_has_every_error_code_table_and_trigger_interval(
     registry: CollectorRegistry, metrics: IngestMetrics
 ) -> None:
-    query = IngestQuery("ingest_users", "users", "users")
+    query = IngestQuery(SHIPPED.contracts["users"])
 
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
 
@@ -370,7 +371,7 @@ def test_exposition_of_every_recorded_event_passes_promtool_check_metrics(
 def test_declared_tables_have_maintenance_failures_and_last_success_at_zero() -> None:
     registry = CollectorRegistry()
     metrics = IngestMetrics(registry)
-    query = IngestQuery("ingest_users", "users", "users")
+    query = IngestQuery(SHIPPED.contracts["users"])
 
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
 

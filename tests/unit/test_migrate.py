@@ -26,6 +26,7 @@ from service.lake.tables import (
     QUARANTINE_TABLE,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
+    SHIPPED,
 )
 from service.streaming.queries import check_tables, checkpoint_location
 from service.verbs.migrate import migrate_tables
@@ -110,7 +111,7 @@ def test_a_lake_of_the_release_before_offset_gaps_starts_and_gets_the_table(
     files.write_text(f"{checkpoint}/metadata", '{"id":"q-1"}')
     files.write_text(f"{checkpoint}/offsets/0", f'v1\n{meta}\n{{"sensors":{{"0":5}}}}')
     files.write_text(f"{checkpoint}/commits/0", 'v1\n{"nextBatchWatermarkMs":0}')
-    query = IngestQuery("ingest_sensors", "sensors", "sensors")
+    query = IngestQuery(SHIPPED.contracts["sensors"])
     bronze = spark.createDataFrame([], BRONZE)
     append_once(
         bronze, BRONZE_SENSORS.uri(settings.storage_uri), app_id("ingest_sensors", "q-1"), 0

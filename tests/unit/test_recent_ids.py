@@ -15,6 +15,7 @@ from service.ingest.dedup import find_duplicates
 from service.ingest.recent_ids import RecentIds
 from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
+from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES
 from service.lake.tables import SENSOR_READINGS
 from tests.unit.records import readings
 from tests.unit.test_delta_sink import _jobs_of
@@ -37,7 +38,7 @@ class Writer:
     ) -> None:
         self.spark, self.uri = spark, uri
         self.live = LiveFiles(uri, "kafka_timestamp")
-        self.recent = RecentIds(self.live, HORIZON, most=most, small=small, clock=clock)
+        self.recent = RecentIds(self.live, HORIZON, "event_id", most=most, small=small, clock=clock)
         self.batches = 0
         self.check_jobs = 0  # Spark jobs of the last batch's check
 
@@ -57,7 +58,8 @@ class Writer:
         )
         if checked[0]:
             silver = self.live.read(self.spark, arrival - timedelta(seconds=HORIZON), arrival)
-            assert 0 == find_duplicates(batch, silver, HORIZON, len(ids)).count()
+            found = find_duplicates(batch, silver, HORIZON, len(ids), "event_id", DUPLICATES)
+            assert 0 == found.count()
         commit = append_once(batch, self.uri, "sensors", self.batches)
         self.live.committed(commit)
         self.recent.committed(commit)

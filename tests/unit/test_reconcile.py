@@ -123,17 +123,17 @@ def test_a_consistent_lake_holds_every_invariant(tmp_path: Path) -> None:
         (p.table, p.topic, p.partition, p.first_offset, p.last_offset, p.rows)
         for p in report.bronze
     ]  # fmt: skip
-    assert 15 == report.sensors.bronze_rows
+    assert 15 == report.events("sensors").bronze_rows
     assert {
         "silver/sensor_readings": 11,
         "silver/quarantine": 3,
         "silver/sensor_duplicates": 1,
-    } == report.sensors.landed
+    } == report.events("sensors").landed
     assert (6, 2, 1, 0) == (
-        report.users.coverage.bronze_rows,
-        report.users.silver_rows,
-        report.users.quarantined,
-        report.users.duplicate_user_ids,
+        report.entities("users").coverage.bronze_rows,
+        report.entities("users").silver_rows,
+        report.entities("users").quarantined,
+        report.entities("users").duplicate_keys,
     )
     assert {"gold/sensor_stats_1m": 2, "gold/readings_enriched": 7} == {
         g.table: g.rows for g in report.gold
@@ -160,8 +160,8 @@ def test_bronze_gaps_and_duplicate_rows_are_reported_as_offset_ranges(tmp_path: 
     # The silver rows of the deleted bronze records are now rows bronze lacks.
     assert (3, [("sensors", 0, 3, 4, "silver/sensor_readings"),
                 ("sensors", 0, 7, 7, "silver/quarantine")]) == (
-        report.sensors.extra.count,
-        ranges(report.sensors.extra.ranges),
+        report.events("sensors").extra.count,
+        ranges(report.events("sensors").extra.ranges),
     )  # fmt: skip
     assert [
         "bronze/sensors sensors/0: 3 offsets missing (gaps: 3-4, 7)",
@@ -176,13 +176,13 @@ def test_records_landed_nowhere_or_twice_are_missing_or_repeated(tmp_path: Path)
     report = run(build(tmp_path, silver__sensor_readings=readings))
 
     assert (3, [("sensors", 1, 0, 2, "")]) == (
-        report.sensors.missing.count,
-        ranges(report.sensors.missing.ranges),
+        report.events("sensors").missing.count,
+        ranges(report.events("sensors").missing.ranges),
     )
     assert [("sensors", 0, 9, 9, "silver/sensor_duplicates + silver/sensor_readings")] == ranges(
-        report.sensors.repeated.ranges
+        report.events("sensors").repeated.ranges
     )
-    assert 0 == report.sensors.extra.count
+    assert 0 == report.events("sensors").extra.count
     assert 2 == len(report.problems)
 
 
@@ -191,12 +191,17 @@ def test_users_one_row_per_user_and_lineage_in_bronze_never_quarantined(tmp_path
 
     report = run(build(tmp_path, silver__users=users))
 
-    assert (1, [1]) == (report.users.duplicate_user_ids, report.users.duplicate_user_id_samples)
-    assert [("users", 0, 99, 99, "silver/users")] == ranges(report.users.coverage.extra.ranges)
-    assert [("users", 0, 4, 4, "silver/quarantine + silver/users")] == ranges(
-        report.users.coverage.repeated.ranges
+    assert (1, [1]) == (
+        report.entities("users").duplicate_keys,
+        report.entities("users").duplicate_key_samples,
     )
-    assert 0 == report.users.coverage.missing.count  # superseded changes leave no trace
+    assert [("users", 0, 99, 99, "silver/users")] == ranges(
+        report.entities("users").coverage.extra.ranges
+    )
+    assert [("users", 0, 4, 4, "silver/quarantine + silver/users")] == ranges(
+        report.entities("users").coverage.repeated.ranges
+    )
+    assert 0 == report.entities("users").coverage.missing.count  # superseded changes leave no trace
     assert 3 == len(report.problems)
 
 
@@ -240,8 +245,8 @@ def test_absent_tables_count_as_empty_and_no_lake_at_all_is_a_request_error(
 ) -> None:
     report = run(build(tmp_path / "lake", silver__sensor_readings=None))
     assert (11, [("sensors", 0, 0, 6, ""), ("sensors", 1, 0, 3, "")]) == (
-        report.sensors.missing.count,
-        ranges(report.sensors.missing.ranges),
+        report.events("sensors").missing.count,
+        ranges(report.events("sensors").missing.ranges),
     )
     assert None is report.tables["silver/sensor_readings"]
 

@@ -10,15 +10,22 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest.sensors import parse_sensor_readings, to_sensor_readings
-from service.ingest.users import parse_user_changes
-from service.ingest.validation import ERROR_CODES, split_valid_invalid, to_quarantine
+from service.ingest.modes import Events, parse_records
+from service.ingest.validation import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    ERROR_CODES,
+    split_valid_invalid,
+    to_quarantine,
+)
 from service.lake.delta import scala_items
 from service.lake.schemas import QUARANTINE, SILVER_SENSOR_READINGS
+from service.lake.tables import SHIPPED
 from tests.payloads import profile, reading
 from tests.unit.records import HEX, bronze_frame
 
 MAX_PAYLOAD_BYTES = 4096
+MAX_FUTURE_SECONDS = 300
+SENSORS = SHIPPED.contracts["sensors"]
 
 
 def accelerometer(**overrides: Any) -> dict[str, Any]:
@@ -244,7 +251,7 @@ def parsed(spark: SparkSession) -> DataFrame:
     records: list[tuple[str | None, str | None]] = [(name, v) for name, (v, _, _) in CASES.items()]
     records += [(name, text(reading(event_time=t))) for name, (t, _) in TIMESTAMPS.items()]
     bronze = bronze_frame(spark, records, "sensors")
-    return parse_sensor_readings(bronze, max_payload_bytes=MAX_PAYLOAD_BYTES).cache()
+    return parse_records(SENSORS, bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS).cache()
 
 
 @pytest.fixture(scope="module")
@@ -254,9 +261,8 @@ def outcomes(parsed: DataFrame) -> dict[str, dict[str, Any]]:
         F.col("key_text").alias("key"),
         "error_code",
         "error_detail",
-        F.col("reading.event_time").cast("string").alias("event_time"),
-        "reading.magnitude",
-        "reading._rescued",
+        F.col("record.event_time").cast("string").alias("event_time"),
+        "record._rescued",
     ).collect()
     return {row["key"]: row.asDict() for row in rows}
 
@@ -291,8 +297,8 @@ def test_unknown_fields_are_rescued_with_their_json_types(spark: SparkSession) -
     bronze = bronze_frame(spark, [("k", document), ("plain", text(reading()))], "sensors")
     rows = {
         r["key"]: r
-        for r in parse_sensor_readings(bronze)
-        .select(F.col("key_text").alias("key"), "reading._rescued")
+        for r in parse_records(SENSORS, bronze, DEFAULT_MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS)
+        .select(F.col("key_text").alias("key"), "record._rescued")
         .collect()
     }
     expected = {**extra, "nothing": None}
@@ -300,19 +306,22 @@ def test_unknown_fields_are_rescued_with_their_json_types(spark: SparkSession) -
     assert None is rows["plain"]["_rescued"]
 
 
-def test_magnitude_is_the_euclidean_norm_for_accelerometer_only(
-    outcomes: dict[str, dict[str, Any]],
-) -> None:
+def test_magnitude_is_the_euclidean_norm_for_accelerometer_only(parsed: DataFrame) -> None:
+    """The sensors contract's derived column, computed as silver receives the readings."""
+    valid, _ = split_valid_invalid(parsed)
+    silver = Events(SENSORS).to_silver(valid)
+    magnitude = {r["kafka_offset"]: r["magnitude"] for r in silver.collect()}
+    offsets = {r["key_text"]: r["kafka_offset"] for r in parsed.collect()}
     expected = (5.0, None)
     assert expected == (
-        outcomes["valid accelerometer"]["magnitude"],
-        outcomes["valid heart rate"]["magnitude"],
+        magnitude[offsets["valid accelerometer"]],
+        magnitude[offsets["valid heart rate"]],
     )
 
 
 def test_valid_rows_become_silver_readings_and_invalid_rows_quarantine(parsed: DataFrame) -> None:
     valid, invalid = split_valid_invalid(parsed)
-    readings = to_sensor_readings(valid)
+    readings = Events(SENSORS).to_silver(valid)
     quarantine = to_quarantine(invalid, F.lit("2024-05-01 12:00:01").cast("timestamp"))
     expected_valid = {n for n, (_, code, _) in CASES.items() if code is None} | set(TIMESTAMPS)
     actual = {
@@ -338,7 +347,14 @@ def test_event_date_is_the_utc_day_whatever_the_session_time_zone(spark: SparkSe
     bronze = bronze_frame(spark, [("k", late_evening)], "sensors")
     spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
     try:
-        row = to_sensor_readings(parse_sensor_readings(bronze)).select("event_date").first()
+        row = (
+            Events(SENSORS)
+            .to_silver(
+                parse_records(SENSORS, bronze, DEFAULT_MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS)
+            )
+            .select("event_date")
+            .first()
+        )
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     assert row is not None
@@ -351,7 +367,7 @@ def test_streaming_and_static_parsing_agree(spark: SparkSession, tmp_path: Any) 
     static.write.parquet(str(tmp_path / "bronze"))
     stream = spark.readStream.schema(static.schema).parquet(str(tmp_path / "bronze"))
     query = (
-        parse_sensor_readings(stream, max_payload_bytes=MAX_PAYLOAD_BYTES)
+        parse_records(SENSORS, stream, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS)
         .select(F.col("key_text").alias("key"), "error_code")
         .writeStream.format("memory")
         .queryName("parsed_sensors")
@@ -374,8 +390,18 @@ def test_validation_runs_as_compiled_code(spark: SparkSession) -> None:
     assert "-XX:-DontCompileHugeMethods" in list(runtime.getRuntimeMXBean().getInputArguments())
     assert "65535" == spark.conf.get("spark.sql.codegen.hugeMethodLimit")
     for parsed in (
-        parse_sensor_readings(bronze_frame(spark, [("k", text(reading()))], "sensors")),
-        parse_user_changes(bronze_frame(spark, [("1", profile())], "users")),
+        parse_records(
+            SENSORS,
+            bronze_frame(spark, [("k", text(reading()))], "sensors"),
+            DEFAULT_MAX_PAYLOAD_BYTES,
+            MAX_FUTURE_SECONDS,
+        ),
+        parse_records(
+            SHIPPED.contracts["users"],
+            bronze_frame(spark, [("1", profile())], "users"),
+            DEFAULT_MAX_PAYLOAD_BYTES,
+            None,
+        ),
     ):
         operators = list(_operators(parsed._jdf.queryExecution().executedPlan()))
         projects = [(compiled, out) for name, compiled, out in operators if name == "Project"]

@@ -9,12 +9,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest.users import latest_user_changes, parse_user_changes
-from service.ingest.validation import split_valid_invalid
+from service.ingest.modes import Entities, parse_records
+from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
+from service.lake.tables import SHIPPED
 from tests.payloads import profile
 from tests.unit.records import bronze_frame
 
 TODAY = datetime.date(2024, 5, 1)
+USERS = SHIPPED.contracts["users"]
 
 
 # case name → (key, value, expected error_code, expected error_detail)
@@ -110,8 +112,10 @@ CASES: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
 def outcomes(spark: SparkSession) -> dict[int, dict[str, Any]]:
     """Each case parsed in one batch, by offset (= position in CASES)."""
     records = [(key, value) for key, value, _, _ in CASES.values()]
-    parsed = parse_user_changes(bronze_frame(spark, records, "users"), today=F.lit(TODAY))
-    rows = parsed.select("kafka_offset", "error_code", "error_detail", "change.*").collect()
+    parsed = parse_records(
+        USERS, bronze_frame(spark, records, "users"), DEFAULT_MAX_PAYLOAD_BYTES, None, F.lit(TODAY)
+    )
+    rows = parsed.select("kafka_offset", "error_code", "error_detail", "record.*").collect()
     return {row["kafka_offset"]: row.asDict() for row in rows}
 
 
@@ -164,9 +168,11 @@ def test_newest_upsert_and_newest_tombstone_per_user_are_kept_within_a_batch(
         ("4", None),  # offset 7: tombstone at arrival
         ("4", profile(user_id=4, first_name="back", updated_at="2024-05-01T12:00:01Z")),
     ]
-    parsed = parse_user_changes(bronze_frame(spark, records, "users"))
+    parsed = parse_records(
+        USERS, bronze_frame(spark, records, "users"), DEFAULT_MAX_PAYLOAD_BYTES, None
+    )
     valid, _ = split_valid_invalid(parsed)
-    rows = latest_user_changes(valid).collect()
+    rows = Entities(USERS).latest_changes(valid).collect()
     actual = {
         r["user_id"]: (
             r["upsert"] and (r["upsert"]["first_name"], r["upsert"]["kafka_offset"]),

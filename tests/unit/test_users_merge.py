@@ -10,15 +10,16 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from service.ingest.users import latest_user_changes, parse_user_changes
-from service.ingest.users_merge import merge_users_once
-from service.ingest.validation import split_valid_invalid
+from service.ingest.entities_merge import merge_entities_once
+from service.ingest.modes import Entities, parse_records
+from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.delta import ensure_table
-from service.lake.tables import USERS
+from service.lake.tables import SHIPPED, USERS
 from tests.payloads import profile
 from tests.unit.records import bronze_frame
 
 APP = "silver_users-test"
+CONTRACT = SHIPPED.contracts["users"]
 BATCH_ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
 
 
@@ -32,8 +33,9 @@ def merge(
 ) -> None:
     """Parse ``records`` as one users batch and MERGE it as txn ``version``."""
     bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
-    valid, _ = split_valid_invalid(parse_user_changes(bronze))
-    merge_users_once(latest_user_changes(valid), uri, APP, version)
+    valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
+    mode = Entities(CONTRACT)
+    merge_entities_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses())
 
 
 def table_version(spark: SparkSession, uri: str) -> int:
