@@ -15,6 +15,7 @@ from service.errors import (
     CheckpointCorruptError,
     CheckpointMismatchError,
     ConfigError,
+    ContractChangeRefusedError,
     IngestError,
     KafkaAccessRefusedError,
     KafkaOffsetsLostError,
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_lake_verbs(commands)
     _add_replay_verb(commands)
+    _add_promote_verb(commands)
     gen = commands.add_parser("generate", help="produce synthetic users and sensor readings")
     gen.add_argument("--users", type=int, default=100, help="number of distinct users")
     gen.add_argument("--readings", type=int, help="number of sensor readings (count mode)")
@@ -150,6 +152,22 @@ def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser
     reconcile.add_argument("--json", action="store_true", help="print one JSON document")
 
 
+def _add_promote_verb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``promote``: fill a contract's new columns from the values rows kept in ``_rescued``."""
+    promote = commands.add_parser(
+        "promote",
+        help="fill new contract fields for the rows silver holds, from their _rescued values, "
+        "exactly once (driver stopped)",
+        description="After a contract names a field producers already sent (kept in "
+        "_rescued), copy each row's value into the new column where the field's schema "
+        "accepts it, and take it out of _rescued. Runs under the driver lease; a run killed "
+        "part-way is finished by the next; silver/promotions records every run.",
+    )
+    promote.add_argument("--topic", required=True, help="the contract's topic (or its name)")
+    promote.add_argument("fields", nargs="+", metavar="FIELD", help="top-level field names")
+    promote.add_argument("--json", action="store_true", help="print one JSON document")
+
+
 def _add_replay_verb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``replay-quarantine``: re-validate quarantined records, send those that pass to silver."""
     from service.ingest.validation import ERROR_CODES
@@ -224,10 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lakehouse-ingest: {e}", file=sys.stderr)
         return EXIT_CONFIG
     # The verbs that print a report on stdout send their own logs to stderr.
-    reports = ("status", "migrate", "show", "reconcile", "replay-quarantine")
+    reports = ("status", "migrate", "show", "reconcile", "replay-quarantine", "promote")
     log_stream = sys.stderr if args.command in reports else sys.stdout
     configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
+        settings.contracts  # noqa: B018 - read once, at start: an invalid one stops every verb
         if args.command == "run":
             from service.driver.app import run
 
@@ -246,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("show", "reconcile"):
             return _lake_verb(args, settings)
+        if args.command == "promote":
+            from service.verbs.promote import promote
+
+            promoted = promote(settings, args.topic, args.fields)
+            print(promoted.to_json() if args.json else promoted.to_text())
+            return 0
         if args.command == "replay-quarantine":
             from service.verbs.replay import ReplayRequest, replay_quarantine
 
@@ -295,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (
         CheckpointCorruptError,
         CheckpointMismatchError,
+        ContractChangeRefusedError,
         KafkaOffsetsLostError,
         LeaseHeldError,
         TableLayoutError,

@@ -45,6 +45,7 @@ from service.kafka.lost_offsets import (
 from service.kafka.offsets import broker_offsets, offsets_consumer
 from service.lake.checkpoints import BatchRanges
 from service.lake.delta import ensure_table
+from service.lake.evolution import Evolution, apply_evolution, plan_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.lease import DriverLease, acquire_driver_lease
 from service.lake.maintenance import maintenance_for
@@ -87,6 +88,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
         lease = acquire_driver_lease(settings)
         components.start(Resource(lease.release))
         metrics.watch_storage(lambda: lease.record.heartbeat_at)
+        # Before Spark too: a contract its tables cannot follow refuses the start at once.
+        reader = LakeReader.from_settings(settings)
+        evolution = plan_evolution(settings.contracts, reader.root, reader.options)
         spark = build_spark(settings)
         components.start(Resource(lambda: _shutdown_spark(spark)))
         # PySpark's context replaced the SIGINT handler with one that cancels every job
@@ -134,7 +138,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             settings.reconcile_interval_seconds,
         )
         auditing = bool(settings.reconcile_interval_seconds) and not available_now
-        streams = _prepare_lake(spark, settings, lease, metrics, skipped, available_now)
+        streams = _prepare_lake(spark, settings, lease, metrics, skipped, evolution, available_now)
         if auditing:
             auditor.start_from_committed()
         components.start(running)
@@ -206,6 +210,7 @@ def _prepare_lake(
     lease: DriverLease,
     metrics: IngestMetrics,
     skipped: list[LostOffsets],
+    evolution: list[Evolution],
     available_now: bool,
 ) -> dict[str, DataFrame]:
     """Refuse a checkpoint/table disagreement, create the missing tables, record skipped
@@ -213,6 +218,8 @@ def _prepare_lake(
 
     The streams are built while the tables are created: neither needs the other.
     """
+    # The contracts' compatible changes first: the table checks then see their columns.
+    apply_evolution(spark, settings.storage_uri, [e for e in evolution if e.exists], lease.fence)
     missing: dict[str, Table] = {}  # by name: the quarantine is every ingest query's
     for spec in _queries(settings):
         interval = trigger_seconds(settings, spec.pool, available_now)
@@ -230,6 +237,8 @@ def _prepare_lake(
         }
         for table in missing.values():
             ensure_table(spark, table.uri(settings.storage_uri), table)
+        created = [e for e in evolution if not e.exists]
+        apply_evolution(spark, settings.storage_uri, created, lease.fence)
         if skipped:
             record_skipped(spark, settings.storage_uri, skipped, lease.fence)
             for lost in skipped:

@@ -80,7 +80,7 @@ def merge_entities_once(
     clauses: tuple[str, str, dict[str, str | Column], dict[str, str | Column]],
 ) -> None:
     """MERGE one row per entity (`service.ingest.modes.Entities.latest_changes`) into the
-    table at ``uri`` with `merge_clauses`.
+    table at ``uri`` with `merge_clauses` (without insert values: update only).
 
     Delta reads the txn pair from the session conf; it is set on the DataFrame's
     own session (inside ``foreachBatch``, the query's) and unset afterwards,
@@ -99,13 +99,14 @@ def merge_entities_once(
     session.conf.set(_TXN_VERSION, str(txn_version))
     session.conf.set(_MATERIALIZE_SOURCE, "none")
     try:
-        (
+        merge = (
             target.alias("t")
             .merge(latest_changes.alias("s"), on)
             .whenMatchedUpdate(condition=changed, set=update)
-            .whenNotMatchedInsert(values=insert)
-            .execute()
         )
+        if insert:
+            merge = merge.whenNotMatchedInsert(values=insert)
+        merge.execute()
     finally:
         session.conf.unset(_TXN_APP_ID)
         session.conf.unset(_TXN_VERSION)

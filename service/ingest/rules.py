@@ -412,6 +412,12 @@ def _detail(path: str, *parts: Column | str) -> Column:
     return F.concat(F.lit(f"{path}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts])
 
 
+def own_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
+    """The rules of ``f``'s own schema (its type, format and value keywords), without its
+    being required nor the conditional rules: what a value of it alone must satisfy."""
+    return _value_rules(f.path, f.schema, field, today, "", F.lit(True))
+
+
 def typed_record(contract: Contract) -> dict[str, Column]:
     """The typed columns of a valid payload (null where invalid) by name, in document order."""
     staged = json_fields(contract)

@@ -209,6 +209,22 @@ OFFSET_GAPS = StructType(
     ]
 )
 
+# What each `promote` did: one row when it starts (``started``) and one when its silver
+# MERGE has committed (``done``, with the rows whose rescued value became the column and
+# those whose value is invalid under the contract, kept in ``_rescued``).
+PROMOTIONS = StructType(
+    [
+        StructField("run_id", StringType(), nullable=False),
+        StructField("contract", StringType(), nullable=False),
+        StructField("table", StringType(), nullable=False),
+        StructField("fields", StringType(), nullable=False),
+        StructField("outcome", StringType(), nullable=False),
+        StructField("promoted_at", TimestampType(), nullable=False),
+        StructField("rows_promoted", LongType()),
+        StructField("rows_kept", LongType()),
+    ]
+)
+
 # Readings dropped as duplicates (an audit of what silver/sensor_readings left out),
 # so that silver + quarantine + duplicates reconcile with bronze by Kafka coordinates.
 SENSOR_DUPLICATES = StructType(

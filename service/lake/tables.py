@@ -20,6 +20,7 @@ from service.contracts.model import Contract
 from service.lake.schemas import (
     BRONZE,
     OFFSET_GAPS,
+    PROMOTIONS,
     QUARANTINE,
     QUARANTINE_REPLAYS,
     SKIPPED_OFFSETS,
@@ -105,6 +106,7 @@ QUARANTINE_TABLE = Table(
 )
 QUARANTINE_REPLAYS_TABLE = Table("silver/quarantine_replays", QUARANTINE_REPLAYS)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
+PROMOTIONS_TABLE = Table("silver/promotions", PROMOTIONS, added_later=True)
 OFFSET_GAPS_TABLE = Table("bronze/offset_gaps", OFFSET_GAPS, added_later=True)
 
 # Gold tables are created by their query's first append, which sets their properties.
@@ -122,10 +124,10 @@ HEART_RATE_ACTIVITY = Table(
 ALERTS = Table("gold/alerts")
 GOLD_TABLES = (SENSOR_STATS_1M, HEART_RATE_5M, READINGS_ENRICHED, HEART_RATE_ACTIVITY, ALERTS)
 
-# Written on an operator's word (`replay-quarantine`; the driver's start with
+# Written on an operator's word (`replay-quarantine`, `promote`; the driver's start with
 # INGEST_KAFKA_SKIP_LOST_OFFSETS), not by a streaming query, so no query maintains
 # them: each adds a few small commits.
-OPERATOR_TABLES = (QUARANTINE_REPLAYS_TABLE, SKIPPED_OFFSETS_TABLE)
+OPERATOR_TABLES = (QUARANTINE_REPLAYS_TABLE, SKIPPED_OFFSETS_TABLE, PROMOTIONS_TABLE)
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,7 @@ class Catalogue:
             QUARANTINE_REPLAYS_TABLE,
             SKIPPED_OFFSETS_TABLE,
             OFFSET_GAPS_TABLE,
+            PROMOTIONS_TABLE,
             *GOLD_TABLES,
         )
 

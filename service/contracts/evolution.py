@@ -1,0 +1,130 @@
+"""Whether a contract may change under the silver table it writes: a schema registry's BACKWARD
+compatibility, decided on the table as it is (pure).
+
+The table's columns (and the contract recorded with it, when there is one) are compared
+with what the contract now declares:
+
+- compatible, applied at start: a new optional field (the table gains the column, null
+  for the rows already there), a required field made optional (its column accepts null
+  from then on), any change of a value rule (an enum, a range, a pattern, a length):
+  rows already stored stay as they are, new records meet the new rule;
+- refused (`ContractChangeRefusedError`, exit 3): a field removed or renamed (silver holds
+  a column the contract no longer has), a new required field or an optional one made
+  required (rows already stored lack it), a changed type, a changed write mode, key, id,
+  order field, partitioning or table. Integer to number is a widening Delta cannot apply
+  to a ``bigint`` column for every reader of the lake (Spark, delta-rs), so it is refused
+  too, with its own reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import DataType, StructField, StructType
+
+from service.contracts.model import Contract
+
+RUNBOOK = "docs/runbooks/ContractChangeRefused.md"
+# The parts of the extension block a table depends on.
+_STRUCTURAL = ("mode", "key", "id", "order_by", "partition_by", "tables", "flatten")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference: what changed, whether the tables can follow, and how."""
+
+    field: str
+    rule: str
+    breaking: bool
+    add_column: StructField | None = None
+    drop_not_null: str | None = None
+
+
+def table_changes(
+    contract: Contract,
+    declared: StructType,
+    actual: StructType,
+    recorded: Mapping[str, Any] | None,
+) -> list[Change]:
+    """The changes between the silver table as it is (``actual``, and the contract document
+    ``recorded`` with it, if any) and what ``contract`` declares for it (``declared``)."""
+    changes: list[Change] = []
+    have = {f.name: f for f in actual.fields}
+    want = {f.name: f for f in declared.fields}
+    for name, column in want.items():
+        if name not in have:
+            if not column.nullable:
+                changes.append(
+                    Change(name, "a new required field: rows already stored lack it", True)
+                )
+            else:
+                changes.append(Change(name, "a new optional field", False, add_column=column))
+            continue
+        old = have[name]
+        if old.dataType != column.dataType:
+            changes.append(Change(name, _type_change(old.dataType, column.dataType), True))
+        elif not old.nullable and column.nullable:
+            changes.append(
+                Change(name, "made optional: accepts null from now on", False, drop_not_null=name)
+            )
+        elif old.nullable and not column.nullable:
+            changes.append(Change(name, "made required: rows already stored may lack it", True))
+    for name in have:
+        if name not in want:
+            changes.append(
+                Change(name, "removed or renamed: silver holds its column and rows", True)
+            )
+    if recorded is not None:
+        changes += _document_changes(contract, recorded)
+    return changes
+
+
+def _type_change(old: DataType, new: DataType) -> str:
+    if (old.simpleString(), new.simpleString()) == ("bigint", "double"):
+        return (
+            "integer widened to number: Delta cannot widen a bigint column to double for every"
+            " reader of the lake (Spark, delta-rs)"
+        )
+    return f"type changed from {old.simpleString()} to {new.simpleString()}"
+
+
+def _document_changes(contract: Contract, recorded: Mapping[str, Any]) -> list[Change]:
+    """Changes of the extension block's structure (refused) and of value rules (applied)."""
+    changes = []
+    before = recorded.get("x-lakehouse", {})
+    after = contract.document.get("x-lakehouse", {})
+    for key in _STRUCTURAL:
+        if before.get(key) != after.get(key):
+            changes.append(
+                Change(
+                    f"x-lakehouse/{key}",
+                    f"changed from {before.get(key)!r} to {after.get(key)!r}: the tables were"
+                    " written by the other",
+                    True,
+                )
+            )
+    old_properties = recorded.get("properties", {})
+    for name, schema in contract.document.get("properties", {}).items():
+        if name in old_properties and old_properties[name] != schema:
+            changes.append(Change(name, "value rules changed (applied to new records)", False))
+    for key in ("allOf", "dependentRequired", "required", "additionalProperties"):
+        if recorded.get(key) != contract.document.get(key):
+            changes.append(Change(key, "rules changed (applied to new records)", False))
+    return changes
+
+
+def refusal(contract: Contract, changes: list[Change]) -> str | None:
+    """The one line that refuses the start, naming the contract, the field and the rule; None
+    when every change is compatible."""
+    breaking = [c for c in changes if c.breaking]
+    if not breaking:
+        return None
+    first = breaking[0]
+    more = f" (and {len(breaking) - 1} more)" if len(breaking) > 1 else ""
+    return (
+        f"contract {contract.name} ({contract.source}) changed in a way its tables cannot "
+        f"follow: {first.field}: {first.rule}{more}. Restore the previous contract, or give "
+        f"the change a new field or table; see {RUNBOOK}."
+    )
