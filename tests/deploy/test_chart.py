@@ -25,7 +25,7 @@ import yaml
 from pydantic import SecretStr
 
 from service.config import Settings, default_cache_dir, env_name, load_settings
-from tests.runbook_commands import runbook_commands
+from tests.support.runbooks import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "lakehouse-ingest"

@@ -22,7 +22,7 @@ from devstack import free_port
 from tests.deploy.test_chart import render
 from tests.image.conftest import Container
 from tests.integration.harness import Lake, topic_coordinates
-from tests.runbook_commands import runbook_commands
+from tests.support.runbooks import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]
 # The image as built here, measured (README, "Deployment"): a limit that catches a layer

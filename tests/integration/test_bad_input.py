@@ -22,7 +22,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
 from tests.integration.harness import Lake
-from tests.payloads import profile, reading
+from tests.support.payloads import profile, reading
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from service.errors import LeaseLostError
 from service.lake.lease import DriverLease, lease_location
 from service.lake.lease_store import S3LeaseStore
 from tests.integration.harness import Lake
-from tests.lease_race import race
+from tests.support.lease_race import race
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from service.ingest.bronze import to_records
 from service.lake.schemas import KAFKA_RECORD
-from tests.unit.records import KAFKA_SOURCE
+from tests.support.records import KAFKA_SOURCE
 
 AT = datetime(2026, 11, 21, 12, 0, 0)
 

@@ -17,7 +17,7 @@ from service.ingest.dedup import (
 )
 from service.ingest.strategies import summarize
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
-from tests.unit.records import readings
+from tests.support.records import readings
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600

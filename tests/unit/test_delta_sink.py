@@ -24,7 +24,7 @@ from service.lake.tables import (
     STATS_COLUMNS,
 )
 from service.streaming.profile import BatchProfile
-from tests.unit.records import bronze_frame, readings
+from tests.support.records import bronze_frame, readings
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

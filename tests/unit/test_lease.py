@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 from service.errors import LeaseHeldError, LeaseLostError
 from service.lake.lease import DriverLease
 from service.lake.lease_store import LocalLeaseStore
-from tests.lease_race import race
+from tests.support.lease_race import race
 
 
 @pytest.fixture

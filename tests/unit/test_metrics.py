@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 import pytest
 import structlog
@@ -27,16 +24,10 @@ from service.driver.metrics import (
 from service.ingest.query import IngestQuery
 from service.ingest.validation import ERROR_CODES
 from service.lake.tables import SHIPPED
+from tests.support.progress import recorded
 
-PROGRESS = Path(__file__).parent / "progress"
 SENSORS = {"query": "ingest_sensors"}
 GOLD = {"query": "gold_sensor_stats_1m"}
-
-
-def recorded(name: str) -> dict[str, Any]:
-    """A recorded listener event (tests/unit/progress/record.py)."""
-    event: dict[str, Any] = json.loads((PROGRESS / name).read_text())
-    return event
 
 
 def epoch(timestamp: str) -> float:

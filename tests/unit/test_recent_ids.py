@@ -17,7 +17,7 @@ from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
 from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES
 from service.lake.tables import SENSOR_READINGS
-from tests.unit.records import readings
+from tests.support.records import readings
 from tests.unit.test_delta_sink import _jobs_of
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

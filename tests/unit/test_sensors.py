@@ -20,8 +20,8 @@ from service.ingest.validation import (
 from service.lake.delta import scala_items
 from service.lake.schemas import QUARANTINE, SILVER_SENSOR_READINGS
 from service.lake.tables import SHIPPED
-from tests.payloads import profile, reading
-from tests.unit.records import HEX, bronze_frame
+from tests.support.payloads import profile, reading
+from tests.support.records import HEX, bronze_frame
 
 MAX_PAYLOAD_BYTES = 4096
 MAX_FUTURE_SECONDS = 300

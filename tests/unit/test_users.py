@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from service.ingest.modes import Entities, parse_records
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.tables import SHIPPED
-from tests.payloads import profile
-from tests.unit.records import bronze_frame
+from tests.support.payloads import profile
+from tests.support.records import bronze_frame
 
 TODAY = datetime.date(2024, 5, 1)
 USERS = SHIPPED.contracts["users"]

@@ -15,8 +15,8 @@ from service.ingest.modes import Entities, parse_records
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.delta import ensure_table
 from service.lake.tables import SHIPPED, USERS
-from tests.payloads import profile
-from tests.unit.records import bronze_frame
+from tests.support.payloads import profile
+from tests.support.records import bronze_frame
 
 APP = "silver_users-test"
 CONTRACT = SHIPPED.contracts["users"]

@@ -1,6 +1,6 @@
 """Drivers started at the same instant on one lease: run as a module, one process each.
 
-``python -m tests.lease_race URI AT HOLD`` waits until unix time AT, takes the lease
+``python -m tests.support.lease_race URI AT HOLD`` waits until unix time AT, takes the lease
 at URI (exit 3 and "refused" if another driver has it), prints its owner id, holds
 it for HOLD seconds and releases it. `race` starts several and collects outcomes.
 """
@@ -11,14 +11,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from service.config import Settings
 from service.errors import LeaseHeldError
 from service.lake.lease import DriverLease
 from service.lake.lease_store import lease_store
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.repo import REPO
 
 
 def race(
@@ -28,7 +26,7 @@ def race(
     at = time.time() + start_in  # every process imported and waiting by then
     started = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.lease_race", uri, str(at), str(hold)],
+            [sys.executable, "-m", "tests.support.lease_race", uri, str(at), str(hold)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,

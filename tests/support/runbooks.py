@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
-RUNBOOKS = Path(__file__).resolve().parents[1] / "docs" / "runbooks"
+from tests.support.repo import REPO
+
+RUNBOOKS = REPO / "docs" / "runbooks"
 _BLOCK = re.compile(r"^( *)```bash\n(.*?)^\1```", re.M | re.S)
 _HEREDOC = re.compile(r"<<'(\w+)'")
 

@@ -1,7 +1,7 @@
 """Record the listener-event JSON fixtures of this directory from real Spark queries.
 
 Run by hand after a Spark upgrade:
-``PYTHONPATH=deploy/local .venv/bin/python -m tests.unit.progress.record``.
+``PYTHONPATH=deploy/local .venv/bin/python -m tests.support.progress.record``.
 It starts a throw-away Kafka broker, runs a Kafka ingest-like query (lagging,
 then caught up, then idle, then failing) and a watermarked windowed
 aggregation (state, watermark, late rows dropped), and writes one JSON file per
@@ -27,8 +27,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from service.config import Settings
 from service.streaming.session import spark_conf
-
-HERE = Path(__file__).resolve().parent
+from tests.support.progress import RECORDED
 
 
 class _Recorder(StreamingQueryListener):
@@ -90,7 +89,7 @@ def _lag(p: dict[str, Any]) -> float:
 
 
 def _save(name: str, body: dict[str, Any]) -> None:
-    (HERE / name).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+    (RECORDED / name).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def main() -> None:
