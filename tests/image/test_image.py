@@ -21,7 +21,8 @@ from devstack import free_port
 
 from tests.deploy.test_chart import render
 from tests.image.conftest import Container
-from tests.integration.harness import Lake, topic_coordinates
+from tests.support.kafka import topic_coordinates
+from tests.support.lake import Lake
 from tests.support.runbooks import runbook_commands
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.streaming.session import build_spark
-from tests.integration.harness import Lake
+from tests.support.lake import Lake
 
 
 @pytest.fixture(scope="session")

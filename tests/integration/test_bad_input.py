@@ -21,7 +21,7 @@ from devstack import KafkaBroker
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
-from tests.integration.harness import Lake
+from tests.support.lake import Lake
 from tests.support.payloads import profile, reading
 
 pytestmark = pytest.mark.integration

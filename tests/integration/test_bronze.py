@@ -22,7 +22,7 @@ from service.lake.lease import lease_location
 from service.lake.lease_store import S3LeaseStore
 from service.lake.schemas import BRONZE
 from service.streaming.session import cds_archive
-from tests.integration.harness import (
+from tests.support.lake import (
     Lake,
     assert_bronze_exactly_once,
     copy_storage_root,

@@ -26,7 +26,7 @@ from devstack import free_port
 from pyspark.sql import SparkSession
 
 from service.config import Settings
-from tests.integration.harness import Lake, assert_bronze_exactly_once
+from tests.support.lake import Lake, assert_bronze_exactly_once
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,9 @@ from service.gold.transforms import (
     sensor_stats,
 )
 from service.lake.hadoop_fs import HadoopFiles
-from tests.integration.harness import Lake, ServiceProcess, copy_storage_root, topic_records
+from tests.support.kafka import topic_records
+from tests.support.lake import Lake, copy_storage_root
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from devstack import KafkaBroker, free_port
 from pyspark.sql import SparkSession
 
-from tests.integration.harness import Lake
+from tests.support.lake import Lake
 
 pytestmark = pytest.mark.integration
 

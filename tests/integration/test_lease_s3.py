@@ -11,7 +11,7 @@ from service.config import Settings
 from service.errors import LeaseLostError
 from service.lake.lease import DriverLease, lease_location
 from service.lake.lease_store import S3LeaseStore
-from tests.integration.harness import Lake
+from tests.support.lake import Lake
 from tests.support.lease_race import race
 
 pytestmark = pytest.mark.integration

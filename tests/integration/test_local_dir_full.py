@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.integration.harness import Lake, assert_bronze_exactly_once
+from tests.support.lake import Lake, assert_bronze_exactly_once
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,9 @@ from confluent_kafka.cimpl import NewTopic
 from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 
-from tests.integration.harness import (
-    Coordinates,
-    Lake,
-    ServiceProcess,
-    table_coordinates,
-    topic_coordinates,
-)
+from tests.support.kafka import Coordinates, topic_coordinates
+from tests.support.lake import Lake, table_coordinates
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

@@ -38,7 +38,9 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 from devstack import MinioServer, free_port
 
-from tests.integration.harness import REPO, Lake, ServiceProcess
+from tests.support.lake import Lake
+from tests.support.repo import REPO
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,8 @@ from service.lake.schemas import COORDINATES
 from service.lake.tables import SHIPPED
 from service.verbs.reconcile import Increment, reconcile
 from service.verbs.show import ShowRequest, show
-from tests.integration.harness import REPO, Lake
+from tests.support.lake import Lake
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -14,19 +14,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from service.ingest.validation import ERROR_CODES
-from tests.integration.harness import (
-    Lake,
-    ServiceProcess,
-    assert_bronze_exactly_once,
-    expected_users,
-    silver_users,
-    table_coordinates,
-    topic_records,
-)
+from tests.support.kafka import topic_records
+from tests.support.lake import Lake, assert_bronze_exactly_once, table_coordinates
+from tests.support.service_process import ServiceProcess
+from tests.support.users import expected_users, silver_users
 
 pytestmark = pytest.mark.integration
 
-# Where each driver is killed (`tests.integration.crash_at`), one after the other:
+# Where each driver is killed (`tests.support.crash_at`), one after the other:
 # before, between and after the commits of a batch of each query, and between its
 # last table commit and its checkpoint commit.
 PHASES = (
@@ -71,7 +66,7 @@ def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_pha
             lake.env(CRASH_AT=phase, **small),
             lake.work_dir / f"crash-{attempt}.log",
             ("run",),
-            module="tests.integration.crash_at",
+            module="tests.support.crash_at",
         ).start()
         try:
             assert -9 == driver.wait(timeout=300), driver.log_text()[-4000:]

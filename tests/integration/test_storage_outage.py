@@ -26,7 +26,9 @@ from devstack import KafkaBroker, MinioServer, free_port
 from service.config import Location
 from service.lake.lakeview import LakeReader, run_sql
 from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
-from tests.integration.harness import Lake, ServiceProcess, topic_coordinates
+from tests.support.kafka import topic_coordinates
+from tests.support.lake import Lake
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

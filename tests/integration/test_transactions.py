@@ -29,16 +29,11 @@ from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from tests.integration.harness import (
-    REPO,
-    Lake,
-    ServiceProcess,
-    assert_bronze_exactly_once,
-    expected_users,
-    silver_users,
-    table_coordinates,
-    topic_records,
-)
+from tests.support.kafka import topic_records
+from tests.support.lake import Lake, assert_bronze_exactly_once, table_coordinates
+from tests.support.repo import REPO
+from tests.support.service_process import ServiceProcess
+from tests.support.users import expected_users, silver_users
 
 pytestmark = pytest.mark.integration
 

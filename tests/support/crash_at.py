@@ -1,4 +1,4 @@
-"""``python -m tests.integration.crash_at ARGS``: the service, SIGKILLed at one commit phase.
+"""``python -m tests.support.crash_at ARGS``: the service, SIGKILLed at one commit phase.
 
 The phase is ``CRASH_AT`` in the environment:
 

@@ -1,0 +1,211 @@
+"""One test's lake: its topics and storage root, the service's environment for them, and
+what the service wrote there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devstack import KafkaBroker
+from pyspark.sql import Column, SparkSession
+
+from service.config import Location
+from service.lake.lakeview import LakeReader
+from service.lake.tables import SHIPPED
+from tests.support.kafka import Coordinates, topic_coordinates
+from tests.support.repo import REPO
+from tests.support.service_process import TEST_JVM_OPTIONS, ServiceProcess
+
+
+@dataclass(frozen=True)
+class Lake:
+    """One test's topics, storage root and the environment that points the service at them."""
+
+    users_topic: str
+    sensors_topic: str
+    storage_root: str
+    bootstrap_servers: str
+    s3_env: Mapping[str, str]
+    work_dir: Path
+    alerts_topic: str = "alerts"
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        """Service environment for this lake (small batches, fast triggers, no UI, JVMs
+        tuned to live briefly); ``INGEST_SPARK_EXTRA_CONF`` in ``overrides`` adds to it."""
+        return {
+            **self.s3_env,
+            "INGEST_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "INGEST_USERS_TOPIC": self.users_topic,
+            "INGEST_SENSORS_TOPIC": self.sensors_topic,
+            "INGEST_ALERTS_TOPIC": self.alerts_topic,
+            "INGEST_STORAGE_ROOT": self.storage_root,
+            "INGEST_HTTP_PORT": "0",
+            "INGEST_SPARK_UI_ENABLED": "false",
+            "INGEST_SPARK_MASTER": "local[2]",
+            "INGEST_SPARK_DRIVER_MEMORY": "1g",
+            "INGEST_SPARK_SHUFFLE_PARTITIONS": "2",  # one task per core
+            "INGEST_TRIGGER_INTERVAL_SECONDS": "1",
+            "INGEST_LEASE_TTL_SECONDS": "8",
+            "INGEST_LEASE_RENEW_SECONDS": "2",
+            # Gold has its own test; elsewhere its five queries would only slow ingest down.
+            "INGEST_GOLD_ENABLED": "false",
+            # The driver's periodic reconcile has its own tests; elsewhere it would compete
+            # for the cores with the queries under test once a driver runs five minutes.
+            "INGEST_RECONCILE_INTERVAL_SECONDS": "0",
+            **overrides,
+            "INGEST_SPARK_EXTRA_CONF": json.dumps(
+                {
+                    "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+                    "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+                    **json.loads(overrides.get("INGEST_SPARK_EXTRA_CONF", "{}")),
+                }
+            ),
+        }
+
+    def delta_rs_rows(self) -> dict[str, int]:
+        """Rows of every table of the lake, read whole by delta-rs into Arrow and validated
+        in full (UTF-8 of every string included), as a reader other than Spark would."""
+        options = {
+            "AWS_ENDPOINT_URL": self.s3_env["AWS_ENDPOINT_URL"],
+            "AWS_ACCESS_KEY_ID": self.s3_env["AWS_ACCESS_KEY_ID"],
+            "AWS_SECRET_ACCESS_KEY": self.s3_env["AWS_SECRET_ACCESS_KEY"],
+            "AWS_REGION": self.s3_env["AWS_REGION"],
+            "AWS_ALLOW_HTTP": "true",
+        }
+        reader = LakeReader(Location(self.storage_root).for_delta_rs(), options)
+        rows = {}
+        for table in SHIPPED.tables:
+            delta = reader.open_if_exists(table)
+            if delta is None:
+                continue
+            arrow = delta.to_pyarrow_table()
+            arrow.validate(full=True)
+            rows[table.name] = arrow.num_rows
+        return rows
+
+    def service(self, name: str, *args: str, **env: str) -> ServiceProcess:
+        """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""
+        return ServiceProcess(self.env(**env), self.work_dir / f"{name}.log", args or ("run",))
+
+    @classmethod
+    def fresh(
+        cls,
+        name: str,
+        broker: KafkaBroker,
+        s3_env: Mapping[str, str],
+        work_dir: Path,
+        users_config: Mapping[str, str] | None = None,
+    ) -> Lake:
+        """New 3-partition topics on ``broker`` (the users topic with ``users_config``) and a
+        new storage root, named after ``name``."""
+        suffix = uuid.uuid4().hex[:8]
+        lake = cls(
+            users_topic=f"users-{suffix}",
+            sensors_topic=f"sensors-{suffix}",
+            storage_root=f"s3a://lakehouse/{name[:40]}-{suffix}",
+            bootstrap_servers=broker.bootstrap_servers,
+            s3_env=s3_env,
+            work_dir=work_dir,
+        )
+        broker.create_topics([lake.users_topic], partitions=3, config=users_config)
+        broker.create_topics([lake.sensors_topic], partitions=3)
+        return lake
+
+    def producing(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        """The generator started with ``args`` (a rate for a duration), not waited for."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "service", "generate", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def generate(self, *args: str, **env: str) -> str:
+        """Run the generator to completion and return its summary line."""
+        result = subprocess.run(
+            [sys.executable, "-m", "service", "generate", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr + result.stdout
+        return result.stdout.strip().splitlines()[-1]
+
+    def reconcile(self) -> tuple[int, dict[str, Any]]:
+        """Run the ``reconcile --json`` verb on this lake: its exit code and its report."""
+        result = subprocess.run(
+            [sys.executable, "-m", "service", "reconcile", "--json"],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.stdout, result.stderr[-3000:]
+        return result.returncode, json.loads(result.stdout)
+
+    def table(self, name: str) -> str:
+        """URI of table ``name`` in this lake."""
+        return f"{self.storage_root}/{name}"
+
+
+def copy_storage_root(s3: Any, source: Lake, target: Lake, skip: tuple[str, ...] = ()) -> None:
+    """Copy ``source``'s storage root (tables and checkpoints) to ``target``'s, object by
+    object on the S3 server, but for keys under the root-relative prefixes ``skip``.
+
+    Delta tables and checkpoints name their files relative to their own location, so
+    the copy is the same lake at another root: a test can damage it without touching
+    the original.
+    """
+    bucket, _, prefix = source.storage_root.removeprefix("s3a://").partition("/")
+    target_prefix = target.storage_root.removeprefix(f"s3a://{bucket}/")
+    skipped = tuple(f"{prefix}/{s}" for s in skip)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if key.startswith(skipped):
+                continue
+            s3.copy_object(
+                Bucket=bucket,
+                Key=target_prefix + key.removeprefix(prefix),
+                CopySource={"Bucket": bucket, "Key": key},
+            )
+
+
+def table_coordinates(
+    spark: SparkSession, uri: str, where: Column | None = None
+) -> tuple[Coordinates, int]:
+    """The (topic, partition, offset) set of a Delta table's rows, and the row count."""
+    table = spark.read.format("delta").load(uri)
+    if where is not None:
+        table = table.where(where)
+    rows = table.select("kafka_topic", "kafka_partition", "kafka_offset").collect()
+    return {(r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows}, len(rows)
+
+
+def assert_bronze_exactly_once(spark: SparkSession, lake: Lake) -> Coordinates:
+    """Assert each bronze table holds each produced record exactly once; return sensors'."""
+    landed: Coordinates = set()
+    for topic, table in (
+        (lake.users_topic, "bronze/users"),
+        (lake.sensors_topic, "bronze/sensors"),
+    ):
+        produced = topic_coordinates(lake.bootstrap_servers, topic)
+        landed, rows = table_coordinates(spark, lake.table(table))
+        missing, extra = len(produced - landed), len(landed - produced)
+        assert produced == landed, f"{table}: {missing} missing, {extra} not produced"
+        assert len(produced) == rows, f"{table}: {rows - len(produced)} duplicate rows"
+    return landed
