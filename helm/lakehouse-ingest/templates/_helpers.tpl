@@ -213,6 +213,11 @@ needs no rights on them.
   mountPath: /etc/lakehouse-ingest/spark
   readOnly: true
 {{- end }}
+{{- if .Values.contracts }}
+- name: contracts
+  mountPath: /etc/lakehouse-ingest/contracts
+  readOnly: true
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -237,6 +242,11 @@ needs no rights on them.
   configMap:
     name: {{ include "lakehouse-ingest.fullname" . }}-executor
 {{- end }}
+{{- if .Values.contracts }}
+- name: contracts
+  configMap:
+    name: {{ include "lakehouse-ingest.fullname" . }}-contracts
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -259,6 +269,9 @@ INGEST_KAFKA_SSL_CA_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafka
 INGEST_KAFKA_SSL_KEYSTORE_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafkaClientDir" .) .Values.kafka.clientKey | quote }}
 {{- end }}
 INGEST_STORAGE_ROOT: {{ .Values.storage.root | quote }}
+{{- if .Values.contracts }}
+INGEST_CONTRACTS_DIR: "/etc/lakehouse-ingest/contracts"
+{{- end }}
 {{- with .Values.storage.checkpointRoot }}
 INGEST_CHECKPOINT_ROOT: {{ . | quote }}
 {{- end }}
