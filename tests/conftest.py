@@ -9,22 +9,10 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
+from tests.support.lanes import lane_of
+
 os.environ["TZ"] = "UTC"
 time.tzset()
-
-# Tests that spend most of their time waiting out a wall-clock fault (MinIO down for
-# 30 s and 3 min; a transaction left open until the broker aborts it) with one slow
-# driver: they run in a lane of their own, beside the main lane, which runs every other
-# test one after another in collection order.
-WAITING_LANE = (
-    "tests/integration/test_storage_outage.py",
-    "tests/integration/test_transactions.py",
-)
-
-
-def lane_of(nodeid: str) -> str:
-    """The lane of the test ``nodeid``: "waiting" or "main"."""
-    return "waiting" if nodeid.split("::")[0] in WAITING_LANE else "main"
 
 
 class _TwoLanes(LoadScopeScheduling):  # type: ignore[misc]
@@ -40,5 +28,5 @@ class _TwoLanes(LoadScopeScheduling):  # type: ignore[misc]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> _TwoLanes:
-    """The scheduler of ``pytest -n 2``: the two lanes above."""
+    """The scheduler of ``pytest -n 2``: the two lanes of `tests.support.lanes`."""
     return _TwoLanes(config, log)

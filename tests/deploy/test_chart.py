@@ -24,64 +24,32 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from service.config import Settings, default_cache_dir, env_name, load_settings
+from service.config import Settings, env_name, load_settings
+from tests.support.chart import (
+    CHART,
+    MONITORING_API,
+    NAMESPACE,
+    RENDER_KUBE_VERSION,
+    helm,
+    render,
+    template,
+)
+from tests.support.repo import REPO
 from tests.support.runbooks import runbook_commands
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "helm" / "lakehouse-ingest"
 CI_VALUES = sorted((REPO / "helm" / "ci").glob("*-values.yaml"))
 EXECUTORS_VALUES = str(REPO / "helm/ci/k8s-executors-values.yaml")
 PROMETHEUS = REPO / "deploy" / "prometheus"
 # The alert rules' one copy (Compose and promtool read it there too).
 RULES = CHART / "files" / "rules" / "alerts.yml"
-MONITORING_API = "monitoring.coreos.com/v1"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest bundled.
 KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
-NAMESPACE = "lakehouse"
-# Rendering target, explicit so the output does not depend on how helm was built.
-RENDER_KUBE_VERSION = "1.30.0"
 SECRET_VALUES = ("minioadmin", "hunter2", "AKIA")
 # The release `render` installs: its Service name is the `job` of its series.
 RELEASE_JOB = "ingest-lakehouse-ingest"
 # The scrape job the alert rules and their tests name (Docker Compose's).
 COMPOSE_JOB = "lakehouse-ingest"
 METRIC_SELECTOR = re.compile(r"\b(lakehouse_ingest_[a-z_]+)(\{[^}]*\})?")
-
-
-def helm() -> str:
-    """The pinned helm binary (`make tools`)."""
-    binary = default_cache_dir() / "bin" / "helm"
-    if not binary.exists():
-        pytest.fail(f"{binary} missing: run `make tools`")
-    return str(binary)
-
-
-def template(
-    values: str | None,
-    monitoring_api: bool,
-    *settings: str,
-    chart: Path = CHART,
-    flags: tuple[str, ...] = (),
-) -> subprocess.CompletedProcess[str]:
-    """Run `helm template` of release "ingest" in NAMESPACE; ``settings`` are `--set` flags,
-    ``flags`` any other."""
-    command = [helm(), "template", "ingest", str(chart), "--namespace", NAMESPACE, *flags]
-    command += ["--kube-version", RENDER_KUBE_VERSION]
-    if values:
-        command += ["--values", values]
-    if monitoring_api:
-        command += ["--api-versions", MONITORING_API]
-    for setting in settings:
-        command += ["--set", setting]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
-
-
-@cache
-def render(values: str | None, monitoring_api: bool, *settings: str) -> tuple[dict[str, Any], ...]:
-    """`helm template` output as a list of manifests."""
-    result = template(values, monitoring_api, *settings)
-    assert 0 == result.returncode, result.stderr
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
 @cache

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from service.config import Settings, env_name, load_settings
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 SERVICE_IMAGE = "lakehouse-ingest"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")

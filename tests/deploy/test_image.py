@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from service.config import Settings, env_name
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 SETTING_NAMES = {env_name(field) for field in Settings.model_fields}
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
+
 PROMETHEUS = REPO / "deploy" / "prometheus"
 CHART_FILES = REPO / "helm" / "lakehouse-ingest" / "files"
 RULES = CHART_FILES / "rules" / "alerts.yml"

@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +20,9 @@ from pyspark.sql.streaming.listener import QueryProgressEvent
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.ingest.query import IngestQuery
 from service.lake.tables import SHIPPED
+from tests.support.progress import recorded
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
 CHART_FILES = REPO / "helm" / "lakehouse-ingest" / "files"
 RULES = CHART_FILES / "rules" / "alerts.yml"
@@ -109,8 +109,7 @@ def exported_names() -> set[str]:
     metrics = IngestMetrics(registry)
     listener = MetricsListener(metrics)
     for name in ("kafka_caught_up.json", "watermark_dropped_late_rows.json"):
-        event = json.loads((REPO / "tests" / "unit" / "progress" / name).read_text())
-        listener.onQueryProgress(QueryProgressEvent.fromJson(event))
+        listener.onQueryProgress(QueryProgressEvent.fromJson(recorded(name)))
     query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)

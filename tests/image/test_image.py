@@ -19,13 +19,13 @@ from typing import Any
 import yaml
 from devstack import free_port
 
-from tests.deploy.test_chart import render
-from tests.image.conftest import Container
+from tests.support.chart import render
+from tests.support.image import Container
 from tests.support.kafka import topic_coordinates
 from tests.support.lake import Lake
+from tests.support.repo import REPO
 from tests.support.runbooks import runbook_commands
 
-REPO = Path(__file__).resolve().parents[2]
 # The image as built here, measured (README, "Deployment"): a limit that catches a layer
 # grown by accident (a build tool, a cache, a second copy of the jars).
 SIZE_LIMIT_BYTES = 2_200_000_000

@@ -15,6 +15,7 @@ from service.lake.checkpoints import (
     recorded_plan,
     verify_checkpoint_matches_tables,
 )
+from tests.support.checkpoints import DictFiles
 
 QUERY = "ingest_sensors"
 TABLE = "s3a://lake/bronze/sensors"
@@ -89,22 +90,6 @@ def test_a_side_table_of_another_checkpoint_is_refused_under_a_new_one() -> None
             {TABLE: {}, SIDE_TABLE: {app_id(QUERY, "q-0"): 3}},
             TABLE,
         )
-
-
-class DictFiles:
-    """A checkpoint's files as a dict (read_checkpoint parses; the I/O is elsewhere)."""
-
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-
-    def read_text(self, uri: str) -> str | None:
-        return self.files.get(uri)
-
-    def list_names(self, uri: str) -> list[str]:
-        return [k.removeprefix(f"{uri}/") for k in self.files if k.startswith(f"{uri}/")]
-
-    def write_text(self, uri: str, text: str) -> None:
-        self.files[uri] = text
 
 
 def spark_checkpoint() -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from service.lake.tables import (
 )
 from service.streaming.profile import BatchProfile
 from tests.support.records import bronze_frame, readings
+from tests.support.spark import jobs_of
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -59,17 +59,6 @@ def test_a_replayed_batch_is_skipped_and_small_files_are_compacted_after_the_wri
     assert active_files(spark, uri) < min_files
 
 
-def _jobs_of(spark: SparkSession, group: str, write: Callable[[], object]) -> int:
-    """How many Spark jobs ``write`` started."""
-    context = spark.sparkContext
-    context.setJobGroup(group, group)
-    try:
-        write()
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    return len(context.statusTracker().getJobIdsForGroup(group))
-
-
 def _rows(spark: SparkSession, batch: int) -> DataFrame:
     schema = SENSOR_DUPLICATES_TABLE.schema
     assert schema is not None
@@ -98,8 +87,8 @@ def test_an_append_reads_the_txn_from_the_checksum_and_records_it_as_delta_does(
         return append_once(_rows(spark, 1), uri, "app", 1, committing=profile.phase(phase))
 
     # One job writes the files; none reconstructs the table state to find the txn.
-    assert 1 == _jobs_of(spark, "append-1", lambda: append("commit"))
-    assert 0 == _jobs_of(spark, "replay-1", lambda: append("replay"))
+    assert 1 == jobs_of(spark, "append-1", lambda: append("commit"))
+    assert 0 == jobs_of(spark, "replay-1", lambda: append("replay"))
     assert ["commit"] == list(profile.phases_ms)  # the replay committed nothing
     last = DeltaTable.forPath(spark, uri).history(1).collect()[0]
 
@@ -222,7 +211,7 @@ def test_live_files_read_what_a_plain_read_does_from_the_files_of_the_range_only
     kept: list[DataFrame] = []
 
     # The files of the writer's own commits: no Spark job plans the read.
-    assert 0 == _jobs_of(spark, "live-read", lambda: kept.append(live.read(spark, start, end)))
+    assert 0 == jobs_of(spark, "live-read", lambda: kept.append(live.read(spark, start, end)))
     assert 2 == len(kept[0].inputFiles())  # minutes 1 and 2, both ends of the range
     assert plain() == keys(kept[0])
     assert 6 == len(plain())

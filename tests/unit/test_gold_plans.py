@@ -16,7 +16,7 @@ from service.lake.checkpoints import PLAN_FILE
 from service.lake.delta import ensure_table
 from service.lake.tables import HEART_RATE_ACTIVITY, SENSOR_READINGS
 from service.streaming.queries import checkpoint_location, start_with_writer
-from tests.unit.test_gold_transforms import T0, acc, hr, readings
+from tests.support.gold import T0, acc, hr, readings
 
 
 def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_it(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import date, datetime, timedelta
-from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from service.gold.transforms import (
     alerts,
@@ -16,33 +15,8 @@ from service.gold.transforms import (
     heart_rate_with_activity,
     sensor_stats,
 )
-from service.lake.schemas import SILVER_SENSOR_READINGS, SILVER_USERS
-
-T0 = datetime(2026, 11, 21, 12, 0, 0)
-
-
-def readings(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
-    """silver/sensor_readings rows: given fields, the rest null."""
-    names = SILVER_SENSOR_READINGS.fieldNames()
-    lineage = {"kafka_topic": "s", "kafka_partition": 0, "kafka_offset": 0, "ingested_at": T0}
-    full = [
-        tuple({**lineage, "event_date": row["event_time"].date(), **row}.get(n) for n in names)
-        for row in rows
-    ]
-    return spark.createDataFrame(full, SILVER_SENSOR_READINGS)
-
-
-def hr(event_id: str, user_id: int, at: datetime, bpm: float) -> dict[str, Any]:
-    return {"event_id": event_id, "device_id": f"w{user_id}", "user_id": user_id,
-            "sensor_type": "heart_rate", "event_time": at, "value": bpm}  # fmt: skip
-
-
-def acc(
-    event_id: str, user_id: int, at: datetime, magnitude: float, activity: str
-) -> dict[str, Any]:
-    return {"event_id": event_id, "device_id": f"w{user_id}", "user_id": user_id,
-            "sensor_type": "accelerometer", "event_time": at, "magnitude": magnitude,
-            "activity": activity}  # fmt: skip
+from service.lake.schemas import SILVER_USERS
+from tests.support.gold import T0, acc, hr, readings
 
 
 def test_sensor_stats_aggregate_value_or_magnitude_per_device_type_and_minute(

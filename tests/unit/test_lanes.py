@@ -1,18 +1,15 @@
-"""`make test`'s two lanes (tests/conftest.py): only the listed files leave the main lane."""
+"""`make test`'s two lanes (tests/support/lanes.py): only the listed files leave the main lane."""
 
-from pathlib import Path
-
-from tests.conftest import WAITING_LANE, lane_of
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.lanes import WAITING_LANE, lane_of
+from tests.support.repo import REPO
 
 
 def test_the_waiting_lane_holds_the_listed_files_and_every_other_test_is_in_the_main_one() -> None:
     for path in WAITING_LANE:
-        assert (ROOT / path).is_file(), path  # a renamed file would rejoin the main lane
+        assert (REPO / path).is_file(), path  # a renamed file would rejoin the main lane
     outage = "tests/integration/test_storage_outage.py::test_storage_outages_and_revoked"
     assert "waiting" == lane_of(outage)
     assert "main" == lane_of("tests/integration/test_reconciliation.py::test_bronze")
     assert "main" == lane_of("tests/unit/test_lanes.py::test_the_waiting_lane[x::y]")
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     assert "$(VENV)/bin/pytest -n 2 tests --ignore=tests/image" in makefile

@@ -15,7 +15,7 @@ from service.kafka.lost_offsets import (
     find_lost,
     skipped_rows,
 )
-from tests.unit.test_checkpoints import DictFiles
+from tests.support.checkpoints import DictFiles
 
 SENSORS = CheckedQuery("ingest_sensors", "sensors", "cp/sensors")
 USERS = CheckedQuery("ingest_users", "users", "cp/users")

@@ -18,7 +18,7 @@ from service.lake.live_files import LiveFiles
 from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES
 from service.lake.tables import SENSOR_READINGS
 from tests.support.records import readings
-from tests.unit.test_delta_sink import _jobs_of
+from tests.support.spark import jobs_of
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 HORIZON = 3600
@@ -49,7 +49,7 @@ class Writer:
         rows = [(i, 0, 1000 * self.batches + n, arrival) for n, i in enumerate(ids)]
         batch = readings(self.spark, rows).coalesce(1)
         checked: list[bool] = []
-        self.check_jobs = _jobs_of(
+        self.check_jobs = jobs_of(
             self.spark,
             f"recent-{next(_GROUPS)}",
             lambda: checked.append(
