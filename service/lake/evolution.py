@@ -28,13 +28,15 @@ from service.contracts.evolution import Change, refusal, table_changes
 from service.contracts.loading import Contracts
 from service.contracts.model import Contract
 from service.errors import ContractChangeRefusedError
-from service.lake.tables import Table, contract_tables
+from service.lake.tables import (
+    DOCUMENT_PROPERTY,
+    FINGERPRINT_PROPERTY,
+    VERSION_PROPERTY,
+    Table,
+    contract_tables,
+)
 
 log = structlog.get_logger(__name__)
-
-FINGERPRINT_PROPERTY = "lakehouse.contract.fingerprint"
-VERSION_PROPERTY = "lakehouse.contract.version"
-DOCUMENT_PROPERTY = "lakehouse.contract.document"
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,13 @@ GOLD_TABLES = (SENSOR_STATS_1M, HEART_RATE_5M, READINGS_ENRICHED, HEART_RATE_ACT
 OPERATOR_TABLES = (QUARANTINE_REPLAYS_TABLE, SKIPPED_OFFSETS_TABLE, PROMOTIONS_TABLE)
 
 
+# The silver table's properties that record the contract which last wrote it
+# (`service.lake.evolution`; `status` shows them).
+FINGERPRINT_PROPERTY = "lakehouse.contract.fingerprint"
+VERSION_PROPERTY = "lakehouse.contract.version"
+DOCUMENT_PROPERTY = "lakehouse.contract.document"
+
+
 @dataclass(frozen=True)
 class ContractTables:
     """The tables of one contract's topic: bronze (its anchor), silver, and for events the

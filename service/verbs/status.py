@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from service.config import Settings
+from service.contracts.model import Contract
 from service.errors import CheckpointCorruptError, CheckpointMismatchError, LakeReadError
 from service.gold.queries import gold_queries
 from service.ingest.query import ingest_queries
@@ -31,7 +32,13 @@ from service.lake.checkpoints import (
 from service.lake.lakeview import LakeReader, run_sql
 from service.lake.lease import lease_location
 from service.lake.object_files import ObjectFiles
-from service.lake.tables import QuerySpec, Table
+from service.lake.tables import (
+    FINGERPRINT_PROPERTY,
+    VERSION_PROPERTY,
+    QuerySpec,
+    Table,
+    contract_tables,
+)
 from service.streaming.queries import checkpoint_location
 from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
 
@@ -71,6 +78,11 @@ class TableStatus:
     last_operation: str | None = None
     rows: int | None = None
     error: str | None = None
+    contract: str | None = None
+    """A silver table's recorded contract: its version and fingerprint ("v2 3f2a9c1b0d4e5f60")."""
+    contract_file: str | None = None
+    """The deployed contract file's, when it differs from the recorded one (applied at the
+    driver's next start)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +170,7 @@ class Status:
                 )
         lines.append("")
         lines += _columns(
-            ("TABLE", "VERSION", "ROWS", "LAST COMMIT (UTC)", "OPERATION"),
+            ("TABLE", "VERSION", "ROWS", "LAST COMMIT (UTC)", "OPERATION", "CONTRACT"),
             [
                 (
                     t.table,
@@ -166,11 +178,19 @@ class Status:
                     _text(t.rows),
                     _text(t.last_commit_time),
                     t.last_operation or _no_operation(t.exists),
+                    t.contract or "",
                 )
                 for t in self.tables
             ],
         )
         lines += [f"  {t.table}: {t.error}" for t in self.tables if t.error]
+        lines += [
+            f"  {t.table}: the contract file is {t.contract_file}, "
+            + (f"not the recorded {t.contract}" if t.contract else "none is recorded yet")
+            + "; the driver applies it at its next start"
+            for t in self.tables
+            if t.contract_file
+        ]
         return "\n".join(lines)
 
 
@@ -218,6 +238,7 @@ def collect_status(settings: Settings) -> Status:
     specs: list[QuerySpec] = [*queries, *gold]
     tables = list(dict.fromkeys(t for q in specs for t in q.tables))
     reader = LakeReader.from_settings(settings)
+    deployed = {contract_tables(c).silver.name: c for c in settings.contracts}
     return Status(
         storage_root=settings.storage_uri,
         checkpoint_root=settings.checkpoint_uri,
@@ -225,7 +246,7 @@ def collect_status(settings: Settings) -> Status:
         lease=lease,
         queries=query_status,
         tables=[
-            table_status(reader, t)
+            table_status(reader, t, deployed.get(t.name))
             if lease.error is None
             else TableStatus(t.name, reader.uri(t), False)
             for t in tables
@@ -236,8 +257,9 @@ def collect_status(settings: Settings) -> Status:
     )
 
 
-def table_status(reader: LakeReader, table: Table) -> TableStatus:
-    """The latest version, commit and row count of ``table`` (counted from the Delta log)."""
+def table_status(reader: LakeReader, table: Table, contract: Contract | None = None) -> TableStatus:
+    """The latest version, commit and row count of ``table`` (counted from the Delta log);
+    for a silver table (``contract``, the deployed one), the contract recorded with it."""
     uri = reader.uri(table)
     try:
         delta = reader.open_if_exists(table)
@@ -245,8 +267,19 @@ def table_status(reader: LakeReader, table: Table) -> TableStatus:
             return TableStatus(table.name, uri, exists=False)
         [last] = delta.history(1)
         rows = run_sql({"t": delta}, "SELECT COUNT(*) AS n FROM t").column("n")[0].as_py()
+        properties = dict(delta.metadata().configuration)
     except (LakeReadError, OSError) as e:
         return TableStatus(table.name, uri, exists=True, error=_first_line(e))
+    recorded = _contract_text(
+        properties.get(VERSION_PROPERTY), properties.get(FINGERPRINT_PROPERTY)
+    )
+    deployed = (
+        _contract_text(
+            str(contract.version) if contract.version is not None else "", contract.fingerprint
+        )
+        if contract is not None
+        else None
+    )
     return TableStatus(
         table.name,
         uri,
@@ -255,7 +288,16 @@ def table_status(reader: LakeReader, table: Table) -> TableStatus:
         last_commit_time=_iso(int(last["timestamp"]) / 1000.0),
         last_operation=str(last["operation"]),
         rows=int(rows),
+        contract=recorded,
+        contract_file=deployed if deployed != recorded else None,
     )
+
+
+def _contract_text(version: str | None, fingerprint: str | None) -> str | None:
+    """A recorded contract as status shows it: "v2 3f2a9c1b0d4e5f60" (None if none is)."""
+    if not fingerprint:
+        return None
+    return f"v{version} {fingerprint}" if version else fingerprint
 
 
 def _query_status(
