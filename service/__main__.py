@@ -1,4 +1,4 @@
-"""Command line: ``lakehouse-ingest run|status|migrate|show|reconcile|generate`` (also ``-m``)."""
+"""Command line: ``lakehouse-ingest VERB`` (or ``python -m service``); ``--help`` lists verbs."""
 
 from __future__ import annotations
 

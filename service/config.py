@@ -254,6 +254,8 @@ class Settings(BaseSettings):
     # The topic of each contract by contract name, where it is not the contract's own:
     # INGEST_<NAME>_TOPIC (e.g. INGEST_USERS_TOPIC), or `topics:` in the YAML file.
     topics: dict[str, str] = Field(default_factory=dict)
+    # The contracts this deployment runs, comma-separated names (default: every one found).
+    contract_names: str | None = None
 
     # Kafka
     kafka_bootstrap_servers: str = "localhost:9092"
@@ -451,7 +453,10 @@ class Settings(BaseSettings):
             for name, topic in (("users", self.users_topic), ("sensors", self.sensors_topic))
             if topic is not None
         }
-        return load_contracts(self.contracts_dir, {**self.topics, **overrides})
+        names = None
+        if self.contract_names is not None:
+            names = [n.strip() for n in self.contract_names.split(",") if n.strip()]
+        return load_contracts(self.contracts_dir, {**self.topics, **overrides}, names)
 
     @property
     def gold_trigger_seconds(self) -> float:

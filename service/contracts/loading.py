@@ -71,9 +71,12 @@ class Contracts:
         return self.by_name[name]
 
 
-def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contracts:
+def load_contracts(
+    directory: str | None, topics: Mapping[str, str], names: Sequence[str] | None = None
+) -> Contracts:
     """The shipped contracts and those of ``directory`` (which replace shipped ones of the
-    same name); ``topics`` overrides a contract's topic by contract name."""
+    same name), or only those named ``names``; ``topics`` overrides a contract's topic by
+    contract name."""
     files = {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.json"))}
     if directory:
         extra = Path(directory)
@@ -81,6 +84,15 @@ def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contract
             raise ContractError(f"INGEST_CONTRACTS_DIR: {directory} is not a directory")
         files |= {p.stem: p for p in sorted(extra.glob("*.json"))}
     contracts = [read_contract(path, topics) for path in files.values()]
+    if names is not None:
+        known = {c.name for c in contracts}
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise ContractError(
+                f"INGEST_CONTRACT_NAMES: no contract named {', '.join(unknown) or 'at all'} "
+                f"(contracts: {', '.join(sorted(known))})"
+            )
+        contracts = [c for c in contracts if c.name in names]
     contracts.sort(
         key=lambda c: (SHIPPED_ORDER.index(c.name) if c.name in SHIPPED_ORDER else 99, c.name)
     )
@@ -94,10 +106,6 @@ def load_contracts(directory: str | None, topics: Mapping[str, str]) -> Contract
         by_name[contract.name] = contract
     _refuse_shared_tables(by_name.values())
     return Contracts(by_name)
-
-
-def _shipped_rank(name: str) -> int:
-    return SHIPPED_ORDER.index(name) if name in SHIPPED_ORDER else 0
 
 
 def read_contract(path: Path, topics: Mapping[str, str] | None = None) -> Contract:
