@@ -389,7 +389,15 @@ def _check_extension(contract: Contract, extension: Mapping[str, Any]) -> None:
 
 def _refuse_shared_tables(contracts: Iterable[Contract]) -> None:
     owners: dict[str, str] = {}
+    readers: dict[str, str] = {}
     for contract in contracts:
+        # One ingest query per topic: replay, reconcile and promote find a contract by it.
+        if contract.topic in readers:
+            raise ContractError(
+                f"{contract.source}: topic {contract.topic} is also read by contract "
+                f"{readers[contract.topic]}"
+            )
+        readers[contract.topic] = contract.name
         for table in (contract.tables.bronze, contract.tables.silver, contract.tables.duplicates):
             if table is None:
                 continue
