@@ -18,10 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import kafka_broker, lake, minio_server, s3_env
 from tests.support.image import IMAGE, Container, buildah
-
-__all__ = ["container", "image_config", "kafka_broker", "lake", "minio_server", "s3_env"]
 
 
 @pytest.fixture(scope="session")

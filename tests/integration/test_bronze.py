@@ -8,13 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from devstack import KafkaBroker, MinioServer
+from devstack import MinioServer
 from pyspark.sql import SparkSession
 
 from service.config import Settings
@@ -24,6 +22,7 @@ from service.lake.schemas import BRONZE
 from service.streaming.session import cds_archive
 from tests.support.lake import (
     Lake,
+    LakeFactory,
     assert_bronze_exactly_once,
     copy_storage_root,
     table_coordinates,
@@ -100,11 +99,9 @@ def delete_prefix(lake: Lake, s3_client: object, table: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def ingested(
-    kafka_broker: KafkaBroker, s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Lake:
+def ingested(make_lake: LakeFactory) -> Lake:
     """A lake that ingested 500 readings to completion; each test below damages a copy."""
-    lake = Lake.fresh("ingested", kafka_broker, s3_env, tmp_path_factory.mktemp("ingested"))
+    lake = make_lake("ingested")
     lake.generate("--users", "50", "--readings", "500", "--seed", "1")
     run_to_completion(lake, "first")
     return lake
@@ -115,8 +112,7 @@ def ingested_copy(
     ingested: Lake, minio_server: MinioServer, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Lake:
     """`ingested` at a storage root of this test's own (same topics)."""
-    root = f"s3a://lakehouse/{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
-    copy = replace(ingested, storage_root=root, work_dir=tmp_path)
+    copy = ingested.at_new_root(request.node.name, tmp_path)
     copy_storage_root(minio_server.s3_client(), ingested, copy)
     return copy
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 import json
 import random
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
-from devstack import KafkaBroker, MinioServer
+from devstack import MinioServer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,7 +36,7 @@ from service.gold.transforms import (
 )
 from service.lake.hadoop_fs import HadoopFiles
 from tests.support.kafka import topic_records
-from tests.support.lake import Lake, copy_storage_root
+from tests.support.lake import Lake, LakeFactory, copy_storage_root
 from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -209,42 +207,23 @@ def table_versions(spark: SparkSession, lake: Lake) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def runs(
-    kafka_broker: KafkaBroker,
+    make_lake: LakeFactory,
     minio_server: MinioServer,
-    s3_env: dict[str, str],
     spark: SparkSession,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GoldRuns]:
-    suffix = uuid.uuid4().hex[:8]
-    base = Lake(
-        users_topic=f"gold-users-{suffix}",
-        sensors_topic=f"gold-sensors-{suffix}",
-        storage_root="",
-        bootstrap_servers=kafka_broker.bootstrap_servers,
-        s3_env=s3_env,
-        work_dir=Path(),
-    )
-    kafka_broker.create_topics([base.users_topic, base.sensors_topic], partitions=3)
-
-    def lake(name: str) -> Lake:
-        return replace(
-            base,
-            storage_root=f"s3a://lakehouse/gold-{name}-{suffix}",
-            work_dir=tmp_path_factory.mktemp(name),
-            alerts_topic=f"alerts-{name}-{suffix}",
-        )
-
-    reference, crashed = lake("reference"), lake("crashed")
-    servers = base.bootstrap_servers
+    reference = make_lake("gold-reference")
+    crashed = reference.at_new_root("gold-crashed", tmp_path_factory.mktemp("crashed"))
+    servers = reference.bootstrap_servers
     rng = random.Random(5)
     profiles: list[Record] = [
         (str(u), {"user_id": u, "dob": f"19{50 + u}-03-04", "gender": "F", "country": "FR",
                   "updated_at": iso(BASE)})
         for u in range(1, USERS)
     ]  # fmt: skip
-    produce(servers, base.users_topic, profiles)
+    produce(servers, reference.users_topic, profiles)
     readings = wave1(rng)
-    produce(servers, base.sensors_topic, [(f"k{r['event_id']}", r) for r in readings])
+    produce(servers, reference.sensors_topic, [(f"k{r['event_id']}", r) for r in readings])
 
     # Ingested once: the crashed lake starts with the reference's silver, and no gold.
     first = run_available_now(reference, "wave1")
@@ -278,8 +257,8 @@ def runs(
                 BASE + timedelta(seconds=MINUTES * 60 + 15 * i))
         for i in range(40)
     ]  # fmt: skip
-    produce(servers, base.sensors_topic, [(r["event_id"], r) for r in late + fresh])
-    produce(servers, base.users_topic, [("3", None)])  # user 3 deleted from now on
+    produce(servers, reference.sensors_topic, [(r["event_id"], r) for r in late + fresh])
+    produce(servers, reference.users_topic, [("3", None)])  # user 3 deleted from now on
     progress["wave2"] = run_available_now(reference, "wave2").events("query_progress")
     yield GoldRuns(
         reference, crashed, readings, late, fresh, progress, written, wave1_versions, in_flight

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from devstack import KafkaBroker, MinioServer
+from devstack import MinioServer
 from pydantic import SecretStr
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,7 +34,7 @@ from service.lake.schemas import COORDINATES
 from service.lake.tables import SHIPPED
 from service.verbs.reconcile import Increment, reconcile
 from service.verbs.show import ShowRequest, show
-from tests.support.lake import Lake
+from tests.support.lake import Lake, LakeFactory
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.integration
@@ -72,20 +71,9 @@ def cli(lake: Lake, *args: str, **env: str) -> Run:
 
 
 @pytest.fixture(scope="module")
-def lake(
-    kafka_broker: KafkaBroker, s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Lake]:
-    suffix = uuid.uuid4().hex[:8]
-    lake = Lake(
-        users_topic=f"verbs-users-{suffix}",
-        sensors_topic=f"verbs-sensors-{suffix}",
-        storage_root=f"s3a://lakehouse/operator-verbs-{suffix}",
-        bootstrap_servers=kafka_broker.bootstrap_servers,
-        s3_env=s3_env,
-        work_dir=tmp_path_factory.mktemp("verbs"),
-        alerts_topic=f"verbs-alerts-{suffix}",
-    )
-    kafka_broker.create_topics([lake.users_topic, lake.sensors_topic], partitions=3)
+def lake(make_lake: LakeFactory) -> Iterator[Lake]:
+    """One lake for the module's tests: generated and ingested (gold on) once."""
+    lake = make_lake("operator-verbs")
     lake.generate(
         "--users", "15", "--readings", str(READINGS), "--seed", "23",
         "--bad-fraction", "0.05", "--late-fraction", "0.05", "--duplicate-fraction", "0.03",

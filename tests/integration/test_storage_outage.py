@@ -27,7 +27,7 @@ from service.config import Location
 from service.lake.lakeview import LakeReader, run_sql
 from service.lake.tables import BRONZE_SENSORS, BRONZE_USERS
 from tests.support.kafka import topic_coordinates
-from tests.support.lake import Lake
+from tests.support.lake import Lake, storage_env
 from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -101,12 +101,7 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
 ) -> None:
     with MinioServer(tmp_path / "minio") as minio:
         minio.create_bucket("lakehouse")
-        s3_env = {
-            "AWS_ENDPOINT_URL": minio.endpoint_url,
-            "AWS_ACCESS_KEY_ID": minio.access_key,
-            "AWS_SECRET_ACCESS_KEY": minio.secret_key,
-            "AWS_REGION": "us-east-1",
-        }
+        s3_env = storage_env(minio)
         lake = Lake.fresh("storage-outage", kafka_broker, s3_env, tmp_path)
         producer = lake.producing(
             "--users", "10", "--rate", "40", "--duration", "600", "--seed", "5",

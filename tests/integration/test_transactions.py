@@ -25,12 +25,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from delta.tables import DeltaTable
-from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tests.support.kafka import topic_records
-from tests.support.lake import Lake, assert_bronze_exactly_once, table_coordinates
+from tests.support.lake import Lake, LakeFactory, assert_bronze_exactly_once, table_coordinates
 from tests.support.repo import REPO
 from tests.support.service_process import ServiceProcess
 from tests.support.users import expected_users, silver_users
@@ -72,14 +71,9 @@ time.sleep(600)
 
 
 @pytest.fixture
-def lake(
-    request: pytest.FixtureRequest,
-    kafka_broker: KafkaBroker,
-    s3_env: dict[str, str],
-    tmp_path: Path,
-) -> Lake:
+def lake(request: pytest.FixtureRequest, make_lake: LakeFactory, tmp_path: Path) -> Lake:
     """Fresh topics, the users one compacted, and a fresh s3a storage root."""
-    return Lake.fresh(request.node.name, kafka_broker, s3_env, tmp_path, users_config=COMPACTED)
+    return make_lake(request.node.name, users_config=COMPACTED, work_dir=tmp_path)
 
 
 def _iso(moment: datetime) -> str:

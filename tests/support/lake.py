@@ -9,11 +9,11 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from devstack import KafkaBroker
+from devstack import KafkaBroker, MinioServer
 from pyspark.sql import Column, SparkSession
 
 from service.config import Location
@@ -34,7 +34,7 @@ class Lake:
     bootstrap_servers: str
     s3_env: Mapping[str, str]
     work_dir: Path
-    alerts_topic: str = "alerts"
+    alerts_topic: str
 
     def env(self, **overrides: str) -> dict[str, str]:
         """Service environment for this lake (small batches, fast triggers, no UI, JVMs
@@ -103,8 +103,9 @@ class Lake:
         work_dir: Path,
         users_config: Mapping[str, str] | None = None,
     ) -> Lake:
-        """New 3-partition topics on ``broker`` (the users topic with ``users_config``) and a
-        new storage root, named after ``name``."""
+        """New 3-partition topics on ``broker`` (the users topic with ``users_config``), a
+        new storage root named after ``name`` and an alerts topic of its own (the service
+        creates it when gold runs)."""
         suffix = uuid.uuid4().hex[:8]
         lake = cls(
             users_topic=f"users-{suffix}",
@@ -113,10 +114,22 @@ class Lake:
             bootstrap_servers=broker.bootstrap_servers,
             s3_env=s3_env,
             work_dir=work_dir,
+            alerts_topic=f"alerts-{suffix}",
         )
         broker.create_topics([lake.users_topic], partitions=3, config=users_config)
         broker.create_topics([lake.sensors_topic], partitions=3)
         return lake
+
+    def at_new_root(self, name: str, work_dir: Path) -> Lake:
+        """A second lake reading this one's topics: a new storage root named after
+        ``name`` and an alerts topic of its own."""
+        suffix = uuid.uuid4().hex[:8]
+        return replace(
+            self,
+            storage_root=f"s3a://lakehouse/{name[:40]}-{suffix}",
+            work_dir=work_dir,
+            alerts_topic=f"alerts-{suffix}",
+        )
 
     def producing(self, *args: str, **env: str) -> subprocess.Popen[str]:
         """The generator started with ``args`` (a rate for a duration), not waited for."""
@@ -160,6 +173,29 @@ class Lake:
     def table(self, name: str) -> str:
         """URI of table ``name`` in this lake."""
         return f"{self.storage_root}/{name}"
+
+
+class LakeFactory(Protocol):
+    """`Lake.fresh` on the session's broker and MinIO (the ``make_lake`` fixture)."""
+
+    def __call__(
+        self,
+        name: str,
+        users_config: Mapping[str, str] | None = None,
+        work_dir: Path | None = None,
+    ) -> Lake:
+        """A fresh lake named after ``name`` (``work_dir``: a new temporary directory)."""
+        ...
+
+
+def storage_env(server: MinioServer) -> dict[str, str]:
+    """The standard AWS variables that point s3a (and boto3) at ``server``."""
+    return {
+        "AWS_ENDPOINT_URL": server.endpoint_url,
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+        "AWS_REGION": "us-east-1",
+    }
 
 
 def copy_storage_root(s3: Any, source: Lake, target: Lake, skip: tuple[str, ...] = ()) -> None:

@@ -1,10 +1,36 @@
-"""The tests' side of Spark: what a piece of code made Spark do."""
+"""The tests' side of Spark: the test process's one session and what code made Spark do."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
+
+from service.config import Settings
+from service.streaming.session import build_spark
+
+# Low, so that a test sees auto-compaction after a handful of appends.
+COMPACT_MIN_FILES = 6
+
+
+def local_spark(s3_env: Mapping[str, str] | None = None) -> SparkSession:
+    """A local[2] SparkSession configured exactly like the service's, minus the UI, that
+    compacts a table's small files after COMPACT_MIN_FILES appends; with ``s3_env`` (the
+    standard AWS variables) it also reads and writes that S3 server through s3a."""
+    if s3_env is not None:
+        # The JVM inherits these at launch: s3a reads them, and the settings take the
+        # endpoint from AWS_ENDPOINT_URL.
+        os.environ.update(s3_env)
+    settings = Settings(
+        spark_master="local[2]",
+        spark_ui_enabled=False,
+        spark_shuffle_partitions=2,
+        compact_min_files=COMPACT_MIN_FILES,
+    )
+    session = build_spark(settings)
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def jobs_of(spark: SparkSession, group: str, write: Callable[[], object]) -> int:

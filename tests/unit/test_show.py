@@ -123,7 +123,7 @@ def test_delta_rs_uris_from_the_service_spelling() -> None:
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> Path:
+def local_lake(tmp_path: Path) -> Path:
     """A local lake whose bronze/sensors has versions 0 (3 rows) and 1 (6 rows)."""
     rows = bronze_rows("binary")
     write_deltalake(str(tmp_path / "bronze" / "sensors"), rows)
@@ -141,40 +141,40 @@ def shown(lake: Path, **request: object) -> tuple[list[dict[str, object]], str]:
     return ([json.loads(line) for line in text.splitlines()] if fmt == "json" else []), text
 
 
-def test_show_filters_limits_and_time_travels_a_delta_table(lake: Path) -> None:
-    every, _ = shown(lake, limit=0)
+def test_show_filters_limits_and_time_travels_a_delta_table(local_lake: Path) -> None:
+    every, _ = shown(local_lake, limit=0)
     assert [10, 11, 12, 20, 21, 22] == sorted(r["kafka_offset"] for r in every)  # type: ignore[type-var]
 
-    odd, _ = shown(lake, where="kafka_offset % 2 = 1 AND key_text IS NOT NULL", limit=0)
+    odd, _ = shown(local_lake, where="kafka_offset % 2 = 1 AND key_text IS NOT NULL", limit=0)
     assert [11, 21] == sorted(r["kafka_offset"] for r in odd)  # type: ignore[type-var]
 
-    first, _ = shown(lake, limit=0, version=0)
+    first, _ = shown(local_lake, limit=0, version=0)
     assert [10, 11, 12] == sorted(r["kafka_offset"] for r in first)  # type: ignore[type-var]
-    assert 2 == len(shown(lake, limit=2)[0])
+    assert 2 == len(shown(local_lake, limit=2)[0])
 
 
-def test_text_table_says_when_more_rows_match(lake: Path) -> None:
-    _, text = shown(lake, limit=4, output_format="table")
+def test_text_table_says_when_more_rows_match(local_lake: Path) -> None:
+    _, text = shown(local_lake, limit=4, output_format="table")
     assert 4 + 3 == len(text.splitlines())
     assert text.splitlines()[-1].startswith("(4 rows shown; more match")
 
-    _, text = shown(lake, limit=6, output_format="table")
+    _, text = shown(local_lake, limit=6, output_format="table")
     assert "(6 rows)" == text.splitlines()[-1]
 
 
-def test_missing_table_version_or_bad_predicate_is_a_request_error(lake: Path) -> None:
+def test_missing_table_version_or_bad_predicate_is_a_request_error(local_lake: Path) -> None:
     with pytest.raises(LakeRequestError, match="no Delta table silver/quarantine"):
-        show(LakeReader(str(lake)), ShowRequest(QUARANTINE_TABLE), io.StringIO())
+        show(LakeReader(str(local_lake)), ShowRequest(QUARANTINE_TABLE), io.StringIO())
     with pytest.raises(LakeRequestError, match="no version 7 \\(versions 0 to 1\\)"):
-        shown(lake, version=7)
+        shown(local_lake, version=7)
     with pytest.raises(LakeRequestError, match="no_such_column"):
-        shown(lake, where="no_such_column = 1")
+        shown(local_lake, where="no_such_column = 1")
 
 
 def test_cli_exit_codes(
-    lake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    local_lake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("INGEST_STORAGE_ROOT", str(lake))
+    monkeypatch.setenv("INGEST_STORAGE_ROOT", str(local_lake))
     # Logging set up on pytest's capture stream would outlive the test.
     monkeypatch.setattr("service.logs.configure_logging", lambda *args, **kwargs: None)
 
