@@ -25,6 +25,8 @@ import yaml
 from pydantic import SecretStr
 
 from service.config import Settings, env_name, load_settings
+from service.contracts.loading import parse_contract, read_contract
+from service.errors import ContractError
 from tests.support.chart import (
     CHART,
     MONITORING_API,
@@ -1411,3 +1413,88 @@ def test_pages_of_a_stopped_or_restarting_driver_run_their_commands_in_the_toolb
     assert replay
     for command in replay:  # it takes the driver lease: the driver is stopped
         assert "$TOOLBOX" in command.words, command.line
+
+
+def _contract_files(manifests: tuple[dict[str, Any], ...]) -> dict[str, str]:
+    (config_map,) = [
+        m for m in by_kind(manifests, "ConfigMap") if m["metadata"]["name"].endswith("-contracts")
+    ]
+    files: dict[str, str] = config_map["data"]
+    return files
+
+
+def _renamed(path: Path, name: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    document["x-lakehouse"] = {**document["x-lakehouse"], "name": name, "topic": name,
+                               "tables": {"bronze": f"bronze/{name}",
+                                          "silver": f"silver/{name}"}}  # fmt: skip
+    return document
+
+
+def test_contracts_values_reach_both_pods_as_files_the_service_reads_unchanged(
+    tmp_path: Path,
+) -> None:
+    # A file given with --set-file, and a document written in the values as YAML.
+    readings = _renamed(REPO / "service" / "contracts" / "sensors.json", "readings")
+    readings_file = tmp_path / "readings.json"
+    readings_file.write_text(json.dumps(readings, indent=2))
+    profiles = _renamed(REPO / "service" / "contracts" / "users.json", "profiles")
+    values = tmp_path / "contracts-values.yaml"
+    values.write_text(yaml.safe_dump({"contracts": {"profiles": profiles}}))
+    flags = ("--values", str(values), "--set-file", f"contracts.readings={readings_file}")
+    result = template(None, False, flags=flags)
+    assert 0 == result.returncode, result.stderr
+    manifests = tuple(m for m in yaml.safe_load_all(result.stdout) if m)
+    files = _contract_files(manifests)
+    assert ["profiles.json", "readings.json"] == sorted(files)
+    assert readings_file.read_text() == files["readings.json"]
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    for name, text in files.items():
+        (mounted / name).write_text(text)
+    for name, document in (("readings", readings), ("profiles", profiles)):
+        contract = read_contract(mounted / f"{name}.json")
+        assert document == contract.document
+        assert parse_contract(document, name, name, {}).fingerprint == contract.fingerprint
+    assert (
+        "/etc/lakehouse-ingest/contracts"
+        == driver_settings(manifests)["data"]["INGEST_CONTRACTS_DIR"]
+    )
+    for deployment in (driver_deployment(manifests), toolbox_deployment(manifests)):
+        pod = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["contracts"]["configMap"]["name"].endswith("-contracts")
+        (container,) = pod["containers"]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert ("/etc/lakehouse-ingest/contracts", True) == (
+            mounts["contracts"]["mountPath"],
+            mounts["contracts"]["readOnly"],
+        )
+    # A changed contract restarts the driver's pod (its template's checksum changes).
+    readings["properties"]["unit"]["maxLength"] = 8
+    readings_file.write_text(json.dumps(readings))
+    changed = template(None, False, flags=flags)
+    assert 0 == changed.returncode, changed.stderr
+    checksum = "checksum/contracts"
+    changed_driver = driver_deployment(tuple(m for m in yaml.safe_load_all(changed.stdout) if m))
+    assert (
+        changed_driver["spec"]["template"]["metadata"]["annotations"][checksum]
+        != (driver_pod(manifests)["metadata"]["annotations"][checksum])
+    )
+    # Without contracts: no ConfigMap, no variable.
+    default = render(None, False)
+    assert "INGEST_CONTRACTS_DIR" not in driver_settings(default)["data"]
+    assert not [m for m in by_kind(default, "ConfigMap") if "-contracts" in m["metadata"]["name"]]
+
+
+def test_a_contract_written_as_yaml_meets_yaml_1_1_and_the_service_says_where(
+    tmp_path: Path,
+) -> None:
+    # sensors' `"required": ["x", "y", "z"]`, dumped unquoted: Helm reads y as true.
+    readings = _renamed(REPO / "service" / "contracts" / "sensors.json", "readings")
+    values = tmp_path / "contracts-values.yaml"
+    values.write_text(yaml.safe_dump({"contracts": {"readings": readings}}))
+    mounted = tmp_path / "readings.json"
+    mounted.write_text(_contract_files(render(str(values), False))["readings.json"])
+    with pytest.raises(ContractError, match=r"readings\.json: .* at /allOf/2/then/required/1"):
+        read_contract(mounted)
