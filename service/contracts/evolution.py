@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark.sql.types import DataType, StructField, StructType
 
-from service.contracts.model import Contract
+from service.contracts.model import Contract, flatten
 
 RUNBOOK = "docs/runbooks/ContractChangeRefused.md"
 # The parts of the extension block a table depends on.
@@ -53,9 +53,13 @@ def table_changes(
     changes: list[Change] = []
     have = {f.name: f for f in actual.fields}
     want = {f.name: f for f in declared.fields}
+    # An entities table's profile columns are all nullable (a deleted entity has none): what
+    # the contract requires is read from the documents, not from the columns alone.
+    required = _required_columns(contract.document)
+    was_required = _required_columns(recorded) if recorded is not None else required
     for name, column in want.items():
         if name not in have:
-            if not column.nullable:
+            if not column.nullable or name in required:
                 changes.append(
                     Change(name, "a new required field: rows already stored lack it", True)
                 )
@@ -69,7 +73,9 @@ def table_changes(
             changes.append(
                 Change(name, "made optional: accepts null from now on", False, drop_not_null=name)
             )
-        elif old.nullable and not column.nullable:
+        elif (old.nullable and not column.nullable) or (
+            name in required and name not in was_required
+        ):
             changes.append(Change(name, "made required: rows already stored may lack it", True))
     for name in have:
         if name not in want:
@@ -79,6 +85,18 @@ def table_changes(
     if recorded is not None:
         changes += _document_changes(contract, recorded)
     return changes
+
+
+def _required_columns(document: Mapping[str, Any]) -> set[str]:
+    """The columns a contract document requires a value in: its required, non-null top-level
+    fields'."""
+    prefixes = document.get("x-lakehouse", {}).get("flatten", {})
+    fields = flatten(document.get("properties", {}), document.get("required", ()), prefixes)
+    return {
+        f.column
+        for f in fields
+        if f.required and not f.nullable and not f.is_object and "." not in f.path
+    }
 
 
 def _type_change(old: DataType, new: DataType) -> str:
