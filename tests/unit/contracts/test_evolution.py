@@ -1,0 +1,399 @@
+"""Schema evolution: which contract changes a silver table can follow (pure: `table_changes`,
+`refusal`), and how the compatible ones are applied to a real local Delta table
+(`plan_evolution` with delta-rs, `apply_evolution` with Spark) and recorded with it."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from service.config import Location, Settings
+from service.contracts.evolution import RUNBOOK, Change, refusal, table_changes
+from service.contracts.loading import SHIPPED_DIR, Contracts, parse_contract
+from service.contracts.model import Contract
+from service.errors import ContractChangeRefusedError
+from service.lake.delta import ensure_table
+from service.lake.evolution import apply_evolution, plan_evolution, recorded_contract
+from service.lake.tables import (
+    DOCUMENT_PROPERTY,
+    FINGERPRINT_PROPERTY,
+    VERSION_PROPERTY,
+    contract_tables,
+)
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+REFUSED = "changed in a way its tables cannot follow"
+
+Edit = Callable[[dict[str, Any]], object]
+
+
+def shipped(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((SHIPPED_DIR / f"{name}.json").read_text())
+    return document
+
+
+def orders() -> dict[str, Any]:
+    """An events contract with a required plain field (``currency``: a NOT NULL column)."""
+    return {
+        "$schema": DRAFT,
+        "type": "object",
+        "required": ["order_id", "placed_at", "currency"],
+        "properties": {
+            "order_id": {"type": "string", "minLength": 1},
+            "placed_at": {"type": "string", "format": "date-time"},
+            "currency": {"type": "string", "enum": ["EUR", "USD"]},
+            "quantity": {"type": ["integer", "null"], "minimum": 1},
+            "amount": {"type": ["number", "null"], "minimum": 0, "maximum": 1000},
+        },
+        "x-lakehouse": {
+            "name": "orders",
+            "topic": "orders",
+            "mode": "events",
+            "id": "order_id",
+            "event_time": "placed_at",
+            "version": 1,
+        },
+    }
+
+
+def contract(document: dict[str, Any]) -> Contract:
+    name = document["x-lakehouse"]["name"]
+    return parse_contract(document, f"/contracts/{name}.json", name, {})
+
+
+def edited(document: dict[str, Any], *edits: Edit) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    for edit in edits:
+        edit(changed)
+    return changed
+
+
+def silver(c: Contract) -> StructType:
+    schema = contract_tables(c).silver.schema
+    assert schema is not None
+    return schema
+
+
+def compare(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[Change], str | None]:
+    """The changes from a table written by ``before`` (recorded with it) to ``after``."""
+    old, new = contract(before), contract(after)
+    changes = table_changes(new, silver(new), silver(old), before)
+    return changes, refusal(new, changes)
+
+
+def refused(name: str, what: str) -> str:
+    return (
+        f"contract {name} (/contracts/{name}.json) {REFUSED}: {what}. Restore the previous"
+        f" contract, or give the change a new field or table; see {RUNBOOK}."
+    )
+
+
+def add(name: str, schema: dict[str, Any], required: bool = False) -> Edit:
+    def edit(d: dict[str, Any]) -> None:
+        d["properties"][name] = schema
+        if required:
+            d["required"].append(name)
+
+    return edit
+
+
+def remove(name: str) -> Edit:
+    def edit(d: dict[str, Any]) -> None:
+        d["properties"].pop(name)
+        if name in d["required"]:
+            d["required"].remove(name)
+
+    return edit
+
+
+def retype(name: str, kind: Any) -> Edit:
+    return lambda d: d["properties"][name].update(type=kind)
+
+
+# --- compatible ------------------------------------------------------------------------------
+
+
+def test_an_unchanged_contract_has_no_changes() -> None:
+    for document in (orders(), shipped("users"), shipped("sensors")):
+        assert ([], None) == compare(document, copy.deepcopy(document))
+
+
+def test_a_new_optional_field_is_a_new_nullable_column() -> None:
+    for document in (orders(), shipped("users")):
+        changes, why = compare(
+            document, edited(document, add("note", {"type": ["string", "null"]}))
+        )
+        column = StructField("note", StringType(), nullable=True)
+        assert [Change("note", "a new optional field", False, add_column=column)] == changes
+        assert why is None
+
+
+def test_a_required_field_made_optional_drops_not_null() -> None:
+    before = orders()
+    after = edited(before, lambda d: d["required"].remove("currency"))
+
+    changes, why = compare(before, after)
+
+    assert [
+        Change("currency", "made optional: accepts null from now on", False,
+               drop_not_null="currency"),
+        Change("required", "rules changed (applied to new records)", False),
+    ] == changes  # fmt: skip
+    assert why is None
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "edit"),
+    [
+        (shipped("users"), "gender", lambda d: d["properties"]["gender"]["enum"].insert(3, "U")),
+        (orders(), "amount", lambda d: d["properties"]["amount"].update(maximum=5000)),
+        (orders(), "quantity", lambda d: d["properties"]["quantity"].pop("minimum")),
+        (shipped("users"), "country", lambda d: d["properties"]["country"].update(
+            pattern="^[A-Z]{2,3}$")),
+    ],
+    ids=["wider-enum", "bigger-maximum", "no-minimum", "looser-pattern"],
+)  # fmt: skip
+def test_a_relaxed_rule_is_compatible_and_changes_no_column(
+    document: dict[str, Any], field: str, edit: Edit
+) -> None:
+    after = edited(document, edit)
+
+    changes, why = compare(document, after)
+
+    assert [Change(field, "value rules changed (applied to new records)", False)] == changes
+    assert why is None
+    assert silver(contract(document)) == silver(contract(after))
+
+
+# --- refused ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "edit", "expected"),
+    [
+        (
+            orders(),
+            remove("amount"),
+            "amount: removed or renamed: silver holds its column and rows",
+        ),
+        (
+            shipped("users"),
+            remove("gender"),
+            "gender: removed or renamed: silver holds its column and rows",
+        ),
+        (
+            shipped("users"),
+            lambda d: d["properties"].update(sex=d["properties"].pop("gender")),
+            "gender: removed or renamed: silver holds its column and rows",
+        ),
+        (
+            orders(),
+            add("channel", {"type": "string"}, required=True),
+            "channel: a new required field: rows already stored lack it",
+        ),
+        (
+            shipped("users"),
+            add("email", {"type": "string"}, required=True),
+            "email: a new required field: rows already stored lack it",
+        ),
+        (
+            orders(),
+            lambda d: d["required"].append("quantity") or retype("quantity", "integer")(d),
+            "quantity: made required: rows already stored may lack it",
+        ),
+        (
+            shipped("users"),
+            lambda d: d["required"].append("last_name") or retype("last_name", "string")(d),
+            "last_name: made required: rows already stored may lack it",
+        ),
+        (
+            shipped("users"),
+            retype("country", ["integer", "null"]),
+            "country: type changed from string to bigint",
+        ),
+        (
+            orders(),
+            retype("quantity", ["number", "null"]),
+            "quantity: integer widened to number: Delta cannot widen a bigint column to double"
+            " for every reader of the lake (Spark, delta-rs)",
+        ),
+        (
+            orders(),
+            retype("amount", ["integer", "null"]),
+            "amount: type changed from double to bigint",
+        ),
+        (
+            shipped("sensors"),
+            lambda d: d["x-lakehouse"].update(key="user_id"),
+            "x-lakehouse/key: changed from 'device_id' to 'user_id': the tables were written"
+            " by the other",
+        ),
+    ],
+    ids=[
+        "removed",
+        "removed-entities",
+        "renamed",
+        "new-required",
+        "new-required-entities",
+        "made-required",
+        "made-required-entities",
+        "string-to-integer",
+        "integer-to-number",
+        "number-to-integer",
+        "key",
+    ],
+)
+def test_a_breaking_change_is_refused_with_one_line_naming_contract_field_and_rule(
+    document: dict[str, Any], edit: Edit, expected: str
+) -> None:
+    name = document["x-lakehouse"]["name"]
+
+    changes, why = compare(document, edited(document, edit))
+
+    assert refused(name, expected) == why
+    assert why is not None and 1 == len(why.splitlines())
+    assert any(c.breaking for c in changes)
+
+
+def test_a_refusal_counts_the_other_breaking_changes() -> None:
+    before = orders()
+    after = edited(before, remove("amount"), retype("quantity", ["string", "null"]))
+
+    _, why = compare(before, after)
+
+    assert refused(
+        "orders", "quantity: type changed from bigint to string (and 1 more)"
+    ) == why  # fmt: skip
+
+
+def test_without_a_recorded_contract_the_table_alone_decides() -> None:
+    before, new = orders(), contract(edited(orders(), add("note", {"type": ["string", "null"]})))
+    old = contract(before)
+    changes = table_changes(new, silver(new), silver(old), None)
+    assert ["note"] == [c.field for c in changes]
+    gone = contract(edited(before, remove("amount")))
+    assert refused("orders", "amount: removed or renamed: silver holds its column and rows") == (
+        refusal(gone, table_changes(gone, silver(gone), silver(old), None))
+    )
+
+
+# --- applied to a real table -----------------------------------------------------------------
+
+
+def delta_table(settings: Settings, c: Contract) -> DeltaTable:
+    root = Location(settings.storage_uri).for_delta_rs()
+    return DeltaTable(f"{root}/{contract_tables(c).silver.name}")
+
+
+def plan(settings: Settings, *contracts: Contract) -> list[Any]:
+    root = Location(settings.storage_uri).for_delta_rs()
+    return plan_evolution(
+        Contracts({c.name: c for c in contracts}), root, settings.storage.delta_rs_options()
+    )
+
+
+def test_compatible_changes_are_applied_to_the_silver_table_and_recorded_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = Settings(storage_root=str(tmp_path))
+    v1 = contract(orders())
+    v2_document = edited(
+        orders(),
+        add("note", {"type": ["string", "null"], "maxLength": 100}),
+        lambda d: d["required"].remove("currency"),
+        lambda d: d["x-lakehouse"].update(version=2),
+    )
+    v2 = contract(v2_document)
+    table = contract_tables(v1).silver
+    ensure_table(spark, table.uri(settings.storage_uri), table)
+
+    [first] = plan(settings, v2)
+    assert (True, True) == (first.exists, first.record)
+    # Nothing recorded yet (a table from before contracts were recorded): the columns decide.
+    assert [
+        Change("currency", "made optional: accepts null from now on", False,
+               drop_not_null="currency"),
+        Change("note", "a new optional field", False,
+               add_column=StructField("note", StringType(), True)),
+    ] == first.changes  # fmt: skip
+    fenced: list[str] = []
+    apply_evolution(spark, settings.storage_uri, [first], lambda: fenced.append("fence"))
+
+    delta = delta_table(settings, v2)
+    schema = StructType.fromJson(json.loads(delta.schema().to_json()))
+    properties = dict(delta.metadata().configuration)
+    assert ["fence"] == fenced
+    assert StructField("note", StringType(), True) == schema["note"]
+    assert StructField("currency", StringType(), True) == schema["currency"]
+    assert schema.fieldNames()[-1] == "note"  # added at the end, existing columns unmoved
+    assert (v2.fingerprint, "2") == (properties[FINGERPRINT_PROPERTY], properties[VERSION_PROPERTY])
+    assert v2_document == json.loads(base64.b64decode(properties[DOCUMENT_PROPERTY]))
+    assert v2_document == recorded_contract(properties)
+    assert [] == contract_tables(v2).silver.layout_differences(schema)
+    version = delta.version()
+
+    [again] = plan(settings, v2)
+    assert (True, False, []) == (again.exists, again.record, again.changes)
+    apply_evolution(spark, settings.storage_uri, [again], lambda: fenced.append("fence"))
+    assert ["fence"] == fenced  # nothing to do: no write, no fence
+    assert version == delta_table(settings, v2).version()
+
+    broken = contract(edited(v2_document, remove("amount")))
+    with pytest.raises(ContractChangeRefusedError) as raised:
+        plan(settings, broken)
+    assert refused("orders", "amount: removed or renamed: silver holds its column and rows") == (
+        str(raised.value)
+    )
+
+    # A rule the recorded document had and the contract relaxes: recorded, no schema change.
+    v3 = contract(edited(v2_document, lambda d: d["properties"]["amount"].update(maximum=9999)))
+    [relaxed] = plan(settings, v3)
+    assert (True, [("amount", False)]) == (
+        relaxed.record,
+        [(c.field, c.breaking) for c in relaxed.changes],
+    )
+    apply_evolution(spark, settings.storage_uri, [relaxed], lambda: None)
+    after = delta_table(settings, v3)
+    assert schema == StructType.fromJson(json.loads(after.schema().to_json()))
+    assert v3.fingerprint == dict(after.metadata().configuration)[FINGERPRINT_PROPERTY]
+
+
+def test_a_table_not_created_yet_only_needs_its_contract_recorded(tmp_path: Path) -> None:
+    settings = Settings(storage_root=str(tmp_path))
+    users = contract(shipped("users"))
+
+    [evolution] = plan(settings, users)
+
+    assert (False, True, []) == (evolution.exists, evolution.record, evolution.changes)
+    assert "silver/users" == evolution.table.name
+
+
+def test_a_type_change_on_a_real_table_is_refused_before_any_write(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = Settings(storage_root=str(tmp_path))
+    v1 = contract(orders())
+    table = contract_tables(v1).silver
+    ensure_table(spark, table.uri(settings.storage_uri), table)
+    widened = contract(edited(orders(), retype("quantity", ["number", "null"])))
+
+    with pytest.raises(ContractChangeRefusedError) as raised:
+        plan(settings, widened)
+
+    assert str(raised.value).startswith(
+        f"contract orders (/contracts/orders.json) {REFUSED}: quantity: integer widened to number"
+    )
+    delta = delta_table(settings, v1)
+    assert (0, LongType()) == (
+        delta.version(),
+        StructType.fromJson(json.loads(delta.schema().to_json()))["quantity"].dataType,
+    )
