@@ -137,9 +137,10 @@ def _add_lake_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="check the lake's invariants from the tables alone (delta-rs, no JVM); "
         "exit 0 only if all hold",
         description="Check the lake's invariants by Kafka coordinates (delta-rs, no JVM): "
-        "bronze offsets contiguous and one row each per topic partition; every bronze/sensors "
-        "record once in silver/sensor_readings, silver/quarantine or silver/sensor_duplicates; "
-        "one silver/users row per user, its lineage in bronze/users; unique gold keys. "
+        "bronze offsets contiguous and one row each per topic partition; every record of an "
+        "events contract once in its silver table, the quarantine or its duplicates; one row "
+        "per key in an entities contract's silver table, its lineage in bronze; unique gold "
+        "keys. "
         "Exit 0 only if all hold, 1 otherwise.",
     )
     reconcile.add_argument(

@@ -358,7 +358,7 @@ class IngestMetrics:
         )
         self.duplicates = Counter(
             f"{PREFIX}_duplicates_dropped_total",
-            "Readings dropped as duplicates of an event id seen within the dedup horizon.",
+            "Events dropped as duplicates of an id seen within the dedup horizon.",
             ["query"],
             registry=registry,
         )

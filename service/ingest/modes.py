@@ -6,7 +6,7 @@ and the rows its silver table receives.
   contract's derived columns and, with ``partition_by``, the UTC day of its event time.
 - ``entities`` (`Entities`): a record changes the entity its key names; the newest change
   by the contract's ``order_by`` wins (`latest_changes`, then the MERGE of
-  `service.ingest.users_merge`). A record with a key and a null value is a tombstone: the
+  `service.ingest.entities_merge`). A record with a key and a null value is a tombstone: the
   entity is marked deleted.
 
 `parse_records` is the one validation of a topic's records, the same for the driver and
