@@ -9,12 +9,15 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from service.config import Settings
+from service.contracts.loading import parse_contract
+from service.contracts.model import Contract
 from service.kafka.offsets import PartitionStatus
 from service.lake.checkpoints import PLAN_FILE, CheckpointState, read_checkpoint
 from service.lake.delta import append_once, ensure_table
+from service.lake.evolution import Evolution, apply_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.object_files import ObjectFiles
-from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS
+from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS, contract_tables
 from service.verbs.driver_view import DriverView, QueryNow
 from service.verbs.status import (
     LeaseStatus,
@@ -212,3 +215,104 @@ def test_a_gold_query_reports_the_plan_version_its_checkpoint_runs(tmp_path: Pat
     fresh = f"file:{tmp_path / 'not_started'}"  # Spark has not created it: no version yet
     query = _query_status(files, files.modified, fresh, "gold_y", None, {}, True, plans=2)
     assert (None, []) == (query.plan_version, query.errors)
+
+
+def devices(version: int | None, max_battery: int = 100) -> Contract:
+    """A small entities contract (``version`` in its extension block unless None)."""
+    extension: dict[str, object] = {
+        "name": "devices",
+        "topic": "devices",
+        "mode": "entities",
+        "key": "device_id",
+        "order_by": "updated_at",
+    }
+    if version is not None:
+        extension["version"] = version
+    document = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["device_id", "updated_at"],
+        "properties": {
+            "device_id": {"type": "string", "minLength": 1},
+            "updated_at": {"type": "string", "format": "date-time"},
+            "battery": {"type": ["integer", "null"], "minimum": 0, "maximum": max_battery},
+        },
+        "x-lakehouse": extension,
+    }
+    return parse_contract(document, "/contracts/devices.json", "devices", {})
+
+
+def test_a_silver_table_shows_its_recorded_contract_and_the_deployed_one_when_it_differs(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = Settings(storage_root=str(tmp_path / "lake"))
+    recorded = devices(2)
+    table = contract_tables(recorded).silver
+    uri = table.uri(settings.storage_uri)
+    ensure_table(spark, uri, table)
+    reader = LakeReader.from_settings(settings)
+
+    unrecorded = table_status(reader, table, recorded)
+    apply_evolution(spark, settings.storage_uri, [Evolution(recorded, table, True, [], True)],
+                    lambda: None)  # fmt: skip
+    same = table_status(reader, table, recorded)
+    newer = table_status(reader, table, devices(3, max_battery=120))
+    unversioned = table_status(reader, table, devices(None))
+    no_contract = table_status(reader, table)
+
+    assert (None, f"v2 {recorded.fingerprint}") == (unrecorded.contract, unrecorded.contract_file)
+    expected = f"v2 {recorded.fingerprint}"
+    assert (expected, None, 1, "SET TBLPROPERTIES") == (
+        same.contract,
+        same.contract_file,
+        same.version,
+        same.last_operation,
+    )
+    assert (expected, f"v3 {devices(3, max_battery=120).fingerprint}") == (
+        newer.contract,
+        newer.contract_file,
+    )
+    assert (expected, devices(None).fingerprint) == (
+        unversioned.contract,
+        unversioned.contract_file,
+    )
+    assert (expected, None) == (no_contract.contract, no_contract.contract_file)
+    assert 16 == len(recorded.fingerprint)
+    assert recorded.fingerprint != devices(3, max_battery=120).fingerprint
+
+
+def test_the_report_shows_each_tables_contract_and_what_the_next_start_applies() -> None:
+    tables = [
+        TableStatus("bronze/devices", "file:/l/bronze/devices", True, 4, "t", "WRITE", 9),
+        TableStatus("silver/devices", "file:/l/silver/devices", True, 7, "t", "MERGE", 3,
+                    contract="v2 3f2a9c1b0d4e5f60", contract_file="v3 0123456789abcdef"),
+        TableStatus("silver/readings", "file:/l/silver/readings", True, 2, "t", "WRITE", 5,
+                    contract="v1 aaaaaaaaaaaaaaaa"),
+        TableStatus("silver/orders", "file:/l/silver/orders", True, 0, "t", "CREATE TABLE", 0,
+                    contract_file="bbbbbbbbbbbbbbbb"),
+    ]  # fmt: skip
+    status = Status("file:/l", "file:/l/_checkpoints", "t", LeaseStatus(held=False), [], tables)
+
+    lines = status.to_text().splitlines()
+
+    [header] = [line for line in lines if line.startswith("TABLE")]
+    assert ["TABLE", "VERSION", "ROWS", "LAST", "COMMIT", "(UTC)", "OPERATION", "CONTRACT"] == (
+        header.split()
+    )
+    column = header.index("CONTRACT")
+    rows = {line.split()[0]: line for line in lines if line.startswith(("bronze/", "silver/"))}
+    assert "v2 3f2a9c1b0d4e5f60" == rows["silver/devices"][column:]
+    assert "v1 aaaaaaaaaaaaaaaa" == rows["silver/readings"][column:]
+    assert "" == rows["bronze/devices"][column:]
+    assert "" == rows["silver/orders"][column:]
+    assert [
+        "  silver/devices: the contract file is v3 0123456789abcdef, not the recorded"
+        " v2 3f2a9c1b0d4e5f60; the driver applies it at its next start",
+        "  silver/orders: the contract file is bbbbbbbbbbbbbbbb, none is recorded yet; the"
+        " driver applies it at its next start",
+    ] == [line for line in lines if "next start" in line]
+    as_json = {t["table"]: t for t in json.loads(status.to_json())["tables"]}
+    assert ("v2 3f2a9c1b0d4e5f60", "v3 0123456789abcdef") == (
+        as_json["silver/devices"]["contract"],
+        as_json["silver/devices"]["contract_file"],
+    )
