@@ -1,6 +1,6 @@
 """``python -m tests.support.crash_at ARGS``: the service, SIGKILLed at one commit phase.
 
-The phase is ``CRASH_AT`` in the environment:
+The phase is ``CRASH_AT`` in the environment (a driver's writes, and ``promote``'s MERGE):
 
 - ``before:<table>``: when a batch is about to write ``<table>`` (its offsets are
   in the checkpoint, none of its tables may hold it yet);
@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 import service.ingest.strategies
 import service.ingest.writer
+import service.verbs.promote
 from service.__main__ import main
 from service.ingest.entities_merge import merge_entities_once
 from service.lake.delta import append_once, table_transactions
@@ -79,6 +80,7 @@ def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
 
 service.ingest.writer.append_once = crashing(append_once)  # type: ignore[attr-defined]
 service.ingest.strategies.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
+service.verbs.promote.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
 service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
     service.ingest.writer.BatchWriter.__call__
 )
