@@ -37,7 +37,7 @@ from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED, silver_schema
 
 _LINEAGE = tuple(c.name for c in LINEAGE)
 _MICROS_PER_DAY = 86_400_000_000
-_INTEGER_KEY = r"^-?[0-9]+$"
+_INTEGER_KEY = r"^-?[0-9]+\z"
 
 
 @dataclass(frozen=True)

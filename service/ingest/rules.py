@@ -175,8 +175,17 @@ def _value_rules(
         rules += [
             Violation(
                 "type_mismatch",
-                (field.kind == "string") & field.as_timestamp().isNull(),
+                (field.kind == "string")
+                & field.as_timestamp().isNull()
+                & ~field.outside_years("timestamp"),
                 _detail(path, "not an ISO-8601 timestamp: ", shown(field.as_string())),
+            ),
+            Violation(
+                "out_of_range",
+                (field.kind == "string")
+                & field.as_timestamp().isNull()
+                & field.outside_years("timestamp"),
+                _detail(path, "outside years 1-9999 (UTC): ", shown(field.as_string())),
             ),
             Violation(
                 "out_of_range",
@@ -189,8 +198,15 @@ def _value_rules(
         rules.append(
             Violation(
                 "type_mismatch",
-                (field.kind == "string") & field.as_date().isNull(),
+                (field.kind == "string") & field.as_date().isNull() & ~field.outside_years("date"),
                 _detail(path, "not a YYYY-MM-DD date: ", shown(field.as_string())),
+            )
+        )
+        rules.append(
+            Violation(
+                "out_of_range",
+                (field.kind == "string") & field.as_date().isNull() & field.outside_years("date"),
+                _detail(path, "outside years 1-9999: ", shown(field.as_string())),
             )
         )
     extension: Mapping[str, Any] = schema.get("x-lakehouse", {})
@@ -227,7 +243,7 @@ def _value_rules(
         rules.append(
             Violation(
                 "invalid_value",
-                ~text.rlike(str(schema["pattern"])),
+                ~text.rlike(java_pattern(str(schema["pattern"]))),
                 _detail(path, shown(text), f" {mismatch}{suffix}"),
             )
         )
@@ -430,3 +446,24 @@ def typed_record(contract: Contract) -> dict[str, Column]:
 def used_fields(contract: Contract) -> Iterable[JsonField]:
     """Every staged field (`service.ingest.validation.stage_fields`)."""
     return json_fields(contract).values()
+
+
+def java_pattern(pattern: str) -> str:
+    """A JSON Schema ``pattern`` (ECMA-262) as the Java regular expression Spark runs: each
+    ``$`` outside a character class becomes ``\\z``, the end of the text, as in ECMA-262
+    (Java's ``$`` also matches before a final line terminator)."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "[" and not in_class:
+            in_class = True
+        elif ch == "]" and in_class:
+            in_class = False
+        elif ch == "$" and not in_class:
+            out.append(r"\z")
+            continue
+        out.append(ch)
+    return "".join(out)

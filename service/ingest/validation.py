@@ -56,13 +56,18 @@ ERROR_CODES = (
 )
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
-_BLANK = r"^[ \t\r\n]*$"
-_ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}(:?\d{2})?)?$"
-_ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)$"
-_ISO_DATE = r"^\d{4}-\d{2}-\d{2}$"
-# Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z.
+# Java regular expressions: \z is the end of the text (Java's $ also matches before a final
+# line terminator, so "GB\n" would match ^[A-Z]{2}$).
+_BLANK = r"^[ \t\r\n]*\z"
+_ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}(:?\d{2})?)?\z"
+_ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)\z"
+_ISO_DATE = r"^\d{4}-\d{2}-\d{2}\z"
+# Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: the instants
+# every reader of the lake can hold (Python's datetime, for one, has no year 0).
 _MIN_EPOCH_MILLIS = -62_135_596_800_000
 _MAX_EPOCH_MILLIS = 253_402_300_799_999
+_MIN_MICROS, _MAX_MICROS = _MIN_EPOCH_MILLIS * 1000, _MAX_EPOCH_MILLIS * 1000 + 999
+_MIN_DATE, _MAX_DATE = "0001-01-01", "9999-12-31"
 # 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
 _LONG_LIMIT = 9.223372036854775807e18
 _SHOWN_CHARS = 64
@@ -298,16 +303,35 @@ class JsonField:
             return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
         if reader == "boolean":
             return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
-        text = self.as_string()
         if reader == "date":
-            return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
-        utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
-        iso = F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
+            day = self._iso_date()
+            return F.when(_day_in_years(day), day)
+        iso = self._iso_timestamp()
         millis = self.as_long()
         epoch = F.timestamp_millis(
             F.when(millis.between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS), millis)
         )
-        return F.coalesce(iso, epoch)
+        return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
+
+    def _iso_date(self) -> Column:
+        """A ``YYYY-MM-DD`` string naming a real day, of any year."""
+        text = self.as_string()
+        return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
+
+    def _iso_timestamp(self) -> Column:
+        """An ISO-8601 string as an instant (zone-less: UTC), of any year."""
+        text = self.as_string()
+        utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
+        return F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
+
+    def outside_years(self, reader: str) -> Column:
+        """An ISO-8601 string of ``reader`` ("date" or "timestamp") that names a real day or
+        instant outside years 1-9999 (UTC): year 0000, or an offset that moves it out."""
+        if reader == "date":
+            day = self._iso_date()
+            return day.isNotNull() & ~_day_in_years(day)
+        instant = self._iso_timestamp()
+        return instant.isNotNull() & ~_instant_in_years(instant)
 
     def as_string(self) -> Column:
         """The value when it is a JSON string."""
@@ -549,3 +573,11 @@ def to_quarantine(invalid: DataFrame, quarantined_at: Column | None = None) -> D
     return invalid.withColumn("quarantined_at", stamp).select(
         [F.col(f.name).cast(f.dataType).alias(f.name) for f in QUARANTINE.fields]
     )
+
+
+def _day_in_years(day: Column) -> Column:
+    return day.between(F.lit(_MIN_DATE).cast("date"), F.lit(_MAX_DATE).cast("date"))
+
+
+def _instant_in_years(instant: Column) -> Column:
+    return F.unix_micros(instant).between(_MIN_MICROS, _MAX_MICROS)

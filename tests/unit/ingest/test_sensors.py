@@ -153,6 +153,21 @@ CASES: dict[str, tuple[str | None, str | None, str | None]] = {
         "type_mismatch",
         "event_time: not an ISO-8601 timestamp: '2024-02-30T00:00:00Z'",
     ),
+    "event_time in year 0000": (
+        text(reading(event_time="0000-06-01T00:00:00Z")),
+        "out_of_range",
+        "event_time: outside years 1-9999 (UTC): '0000-06-01T00:00:00Z'",
+    ),
+    "event_time moved before year 1 by its offset": (
+        text(reading(event_time="0001-01-01T00:30:00+01:00")),
+        "out_of_range",
+        "event_time: outside years 1-9999 (UTC): '0001-01-01T00:30:00+01:00'",
+    ),
+    "event_time with a trailing line feed": (
+        text(reading(event_time="2024-05-01T12:00:00Z\n")),
+        "type_mismatch",
+        "event_time: not an ISO-8601 timestamp: '2024-05-01T12:00:00Z\n'",
+    ),
     "fractional epoch event_time": (
         text(reading(event_time=1714564740000.5)),
         "type_mismatch",

@@ -36,6 +36,12 @@ CASES: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
         "type_mismatch",
         "key: tombstone key is not a user id: 'abc'",
     ),
+    "tombstone with a trailing line feed in its key": (
+        "42\n",
+        None,
+        "type_mismatch",
+        "key: tombstone key is not a user id: '42\n'",
+    ),
     "tombstone with key zero": (
         "0",
         None,
@@ -92,6 +98,18 @@ CASES: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
         profile(gender="Q"),
         "invalid_value",
         "gender: 'Q' is not one of F, M, X",
+    ),
+    "country with a trailing line feed": (
+        "1",
+        profile(country="GB\n"),
+        "invalid_value",
+        "country: 'GB\n' is not 2 uppercase letters",
+    ),
+    "dob in year 0000": (
+        "1",
+        profile(dob="0000-02-29"),
+        "out_of_range",
+        "dob: outside years 1-9999: '0000-02-29'",
     ),
     "lowercase country": (
         "1",
