@@ -52,7 +52,29 @@ _EXTENSION_KEYS = {
     "stats_columns",
 }  # fmt: skip
 _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
+# Extension keys only the events mode reads (its silver table's derived columns and
+# partition); an entities contract that sets one is refused rather than ignored.
+_EVENTS_ONLY_KEYS = ("partition_by", "derived")
+# INGEST_ALERTS_TOPIC is gold's alerts topic, not a contract's.
 _RESERVED_NAMES = ("alerts",)
+# The top-level keys of `reconcile --json` besides the contracts' (it reports each
+# contract's check under the contract's name, beside these): "ok" and the fields of
+# service.verbs.reconcile.Reconciliation, which this package cannot import
+# (tests/unit/contracts/test_loading_refusals.py keeps the two lists equal).
+REPORT_KEYS = (
+    "ok", "storage_root", "since", "generated_at", "duration_seconds", "tables", "bronze",
+    "checks", "gold", "problems", "skipped", "descriptions", "records",
+)  # fmt: skip
+# The lake's tables every contract shares (the quarantine, the offset gaps) and those
+# written on an operator's word: no contract may name one as its own. service.lake.tables
+# defines them, which this package cannot import (the same test keeps the two equal).
+SHARED_TABLES = (
+    "silver/quarantine",
+    "bronze/offset_gaps",
+    "silver/quarantine_replays",
+    "bronze/skipped_offsets",
+    "silver/promotions",
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,16 @@ def parse_contract(
     if not name.isidentifier() or not name.islower() or name in _RESERVED_NAMES:
         raise _bad(source, "/x-lakehouse/name", f"{name!r} is not a lower-case identifier"
                    f" (nor one of {', '.join(_RESERVED_NAMES)})")  # fmt: skip
+    if name in REPORT_KEYS:
+        raise _bad(source, "/x-lakehouse/name", f"{name!r} is reserved: `reconcile --json`"
+                   " reports each contract under its name beside its own keys"
+                   f" ({', '.join(REPORT_KEYS)})")  # fmt: skip
+    if extension.get("mode") == "entities":
+        for key in _EVENTS_ONLY_KEYS:
+            if key in extension:
+                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for events contracts:"
+                           " an entities contract's silver table has neither derived columns"
+                           " nor a partition")  # fmt: skip
     prefixes = dict(extension.get("flatten", {}))
     fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
     paths = {f.path: f for f in fields}
@@ -213,7 +245,16 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
             source, f"{pointer}/additionalProperties", "additionalProperties",
             "only true (unknown fields are kept in _rescued) or false (refused)",
         )  # fmt: skip
-    for name, prop in schema.get("properties", {}).items():
+    declared = schema.get("properties", {})
+    for i, name in enumerate(schema.get("required", ())):
+        if name not in declared:
+            # A validator would refuse every record without it; the engine checks only
+            # the fields it declares.
+            raise _bad(
+                source, f"{pointer}/required/{i}",
+                f"{name!r} is required but not a property (declare it under properties)",
+            )  # fmt: skip
+    for name, prop in declared.items():
         at = f"{pointer}/properties/{name}"
         types = prop.get("type")
         if types is None:
@@ -263,10 +304,14 @@ def _check_branch(source: str, branch: Mapping[str, Any], pointer: str) -> None:
 def _conditionals(
     source: str, document: Mapping[str, Any], fields: Mapping[str, Field]
 ) -> Iterable[Conditional]:
+    # The rules apply to the record itself: they name its top-level properties (a nested
+    # field's path, "geolocation.city", is to JSON Schema a top-level name with a dot).
+    top_level = {path for path, f in fields.items() if f.pointer == f"/properties/{path}"}
+
     def known(names: Sequence[str], pointer: str) -> tuple[str, ...]:
         for name in names:
-            if name not in fields:
-                raise _bad(source, pointer, f"{name!r} is not a property of the contract")
+            if name not in top_level:
+                raise _bad(source, pointer, f"{name!r} is not a top-level property of the contract")
         return tuple(names)
 
     for i, rule in enumerate(document.get("allOf", ())):
@@ -325,10 +370,17 @@ def _tables(source: str, name: str, extension: Mapping[str, Any]) -> Tables:
         silver=given.get("silver", f"silver/{name}"),
         duplicates=duplicates if extension.get("mode") == "events" else None,
     )
-    for kind, table in (("bronze", tables.bronze), ("silver", tables.silver)):
-        layer = table.partition("/")[0]
-        if layer != kind or not table.partition("/")[2]:
-            raise _bad(source, f"/x-lakehouse/tables/{kind}", f"{table!r} is not {kind}/<name>")
+    named = [("bronze", "bronze", tables.bronze), ("silver", "silver", tables.silver)]
+    if tables.duplicates is not None:
+        named.append(("duplicates", "silver", tables.duplicates))
+    for kind, layer, table in named:
+        pointer = f"/x-lakehouse/tables/{kind}"
+        prefix, _, rest = table.partition("/") if isinstance(table, str) else ("", "", "")
+        if prefix != layer or rest in ("", ".", "..") or "/" in rest:
+            raise _bad(source, pointer, f"{table!r} is not {layer}/<name>")
+        if table in SHARED_TABLES:
+            raise _bad(source, pointer, f"{table} is one of the lake's own tables"
+                       f" ({', '.join(SHARED_TABLES)}), not a contract's")  # fmt: skip
     return tables
 
 
