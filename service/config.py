@@ -8,6 +8,7 @@ once, at start, with a `ConfigError` naming the offending variable.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -252,7 +255,8 @@ class Settings(BaseSettings):
     # A directory of contract files (*.json) that add to the shipped ones or replace them.
     contracts_dir: str | None = None
     # The topic of each contract by contract name, where it is not the contract's own:
-    # INGEST_<NAME>_TOPIC (e.g. INGEST_USERS_TOPIC), or `topics:` in the YAML file.
+    # INGEST_TOPICS or `topics:` in the YAML file; INGEST_<NAME>_TOPIC (e.g.
+    # INGEST_USERS_TOPIC), the most specific, wins over the contract's entry here.
     topics: dict[str, str] = Field(default_factory=dict)
     # The contracts this deployment runs, comma-separated names (default: every one found).
     contract_names: str | None = None
@@ -376,7 +380,8 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _topic_variables(cls, data: Any) -> Any:
-        """INGEST_<NAME>_TOPIC of any contract (users and sensors are fields of their own)."""
+        """INGEST_<NAME>_TOPIC of any contract (users and sensors are fields of their own):
+        the most specific setting, it wins over the contract's entry in `topics`."""
         if not isinstance(data, dict):
             return data
         named = {
@@ -385,8 +390,9 @@ class Settings(BaseSettings):
             if (match := _TOPIC_VARIABLE.match(key.upper()))
             and match[1].lower() not in ("users", "sensors", "alerts")
         }
-        if named:
-            data = {**data, "topics": {**named, **data.get("topics", {})}}
+        topics = data.get("topics", {})
+        if named and isinstance(topics, dict):  # else pydantic names INGEST_TOPICS
+            data = {**data, "topics": {**topics, **named}}
         return data
 
     @model_validator(mode="after")
@@ -528,6 +534,22 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(f"INGEST_CONFIG_FILE: no such file {path!r}")
     try:
         return Settings(**overrides)
+    except SettingsError as e:
+        # A source could not read a value: e.g. INGEST_TOPICS or INGEST_SPARK_EXTRA_CONF
+        # that is not JSON. The value itself is not repeated (it may hold a secret).
+        found = re.search(r'field "(\w+)" from source "(\w+)"', str(e))
+        field = found[1] if found else ""
+        key = env_name(field) if field in Settings.model_fields else (field or "settings")
+        cause = e.__cause__
+        why = f"not valid JSON: {cause}" if isinstance(cause, json.JSONDecodeError) else str(e)
+        raise ConfigError(f"invalid configuration: {key}: {why}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(
+            f"invalid configuration: INGEST_CONFIG_FILE: {path} is not valid YAML{where}: {problem}"
+        ) from e
     except ValidationError as e:
         first = e.errors()[0]
         loc = [str(p) for p in first["loc"]]
