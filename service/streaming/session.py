@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import structlog
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from service.config import Settings
@@ -16,6 +24,10 @@ from service.errors import ConfigError
 from service.logs import generated_file, jvm_log_config
 
 log = structlog.get_logger(__name__)
+
+_STDOUT, _STDERR = 1, 2
+# How long the exit waits for the JVM's last lines (it has stopped by then).
+_RELAY_DRAIN_SECONDS = 5.0
 
 # Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
 # missing `make jars` fails with a hint instead of a ClassNotFoundException later.
@@ -265,9 +277,59 @@ def build_spark(
     for key, value in conf.items():
         builder = builder.config(key, value)
     with _launcher_classpath(local_mode_classpath(settings)):
+        relay_to = _STDOUT if jvm_log_target == "SYSTEM_OUT" else _STDERR
+        _launch_jvm(conf, relay_to, as_json=settings.log_format == "json")
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level in ("DEBUG", "INFO") else "ERROR")
     return spark
+
+
+def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
+    """Launch the driver JVM (unless this process has one already) with its stdout read by a
+    thread of this process and written to the file descriptor ``relay_to``.
+
+    Log4j writes JSON lines, which pass as they are; anything else the JVM prints (a
+    library's own println, such as VACUUM's "Deleted N files", or a thread dump on SIGQUIT)
+    becomes one JSON log line per line of text (``as_json``), so the service's output stays
+    JSON lines. At exit, the relay drains what the stopping JVM still wrote.
+    """
+    if SparkContext._gateway is not None:
+        return
+    spark_conf = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    relay = threading.Thread(
+        target=_relay_lines,
+        args=(gateway.proc.stdout, relay_to, as_json),
+        name="jvm-stdout",
+        daemon=True,
+    )
+    relay.start()
+    atexit.register(relay.join, _RELAY_DRAIN_SECONDS)
+
+
+def _relay_lines(stream: IO[bytes], fd: int, as_json: bool) -> None:
+    """Copy ``stream``'s lines to ``fd`` until its end, each line that is not JSON as one."""
+    for line in iter(stream.readline, b""):
+        if as_json and not line.lstrip().startswith(b"{"):
+            text = line.decode(errors="replace").rstrip("\r\n")
+            if not text.strip():
+                continue
+            line = (json.dumps(_console_event(text)) + "\n").encode()
+        os.write(fd, line)
+
+
+def _console_event(text: str) -> dict[str, str]:
+    """A line the JVM printed outside log4j, as the JVM's JSON log lines look."""
+    return {
+        "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "level": "info",
+        "logger": "stdout",
+        "event": text,
+        "source": "jvm",
+    }
 
 
 @contextmanager

@@ -30,22 +30,31 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 from devstack import MinioServer, free_port
 
+from service.lake.tables import SHIPPED, contract_tables
 from tests.support.lake import Lake
 from tests.support.repo import REPO
 from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
-DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "lakehouse-ingest.json"
-ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+DASHBOARD = REPO / "helm" / "lakehouse-ingest" / "files" / "dashboards" / "lakehouse-ingest.json"
+ALERTS = REPO / "helm" / "lakehouse-ingest" / "files" / "rules" / "alerts.yml"
+ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
+# The scrape job of prometheus-test.yml.in (the dashboard's $job, the rules' job).
+JOB = "lakehouse-ingest"
+# Alerts on series that exist only once their event happened, so a healthy run has none;
+# each has its promtool unit test in ALERT_TESTS instead.
+EVENT_ONLY_ALERTS = {"KafkaOffsetsSkipped": "lakehouse_ingest_kafka_offsets_skipped_total"}
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus-test.yml.in"
 SASL_SECRET = "sasl-Pa55w0rd-never-logged-7d1c"  # noqa: S105 - a test value to look for
 QUERIES = {"ingest_users", "ingest_sensors"}
@@ -132,6 +141,9 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         INGEST_LAG_POLL_SECONDS="2",
         INGEST_WEDGED_SECONDS="40",
         INGEST_RECONCILE_INTERVAL_SECONDS="3",
+        # Maintenance runs after a batch once its interval has passed: due by the end of
+        # the first (cold) batches, so its panels have data.
+        INGEST_MAINTENANCE_INTERVAL_SECONDS="5",
     )
     base = f"http://127.0.0.1:{http_port}"
     prometheus = Prometheus(lake.work_dir, f"127.0.0.1:{http_port}")
@@ -167,6 +179,15 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         ):
             assert prometheus.query(healthy), healthy
         assert service.events("lake_reconciled"), "a check that found nothing logs so"
+        _eventually(
+            lambda: bool(
+                prometheus.query("lakehouse_ingest_maintenance_last_success_timestamp_seconds > 0")
+            ),
+            120,
+            "Prometheus sees a maintenance round succeed",
+        )
+        _assert_the_consumer_group_holds_the_checkpoint(lake)
+        _assert_the_driver_jvm_is_exported(prometheus)
         _assert_status_asks_the_running_driver(lake, http_port, service.pid)
         assert 200 == _http_status(f"{base}/healthz")
         time.sleep(3)  # a few more scrapes, so rates have two samples after the batches
@@ -252,7 +273,7 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     found = []
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
-            expr = target["expr"].replace("$__rate_interval", "20s")
+            expr = target["expr"].replace("$__rate_interval", "20s").replace("$job", JOB)
             for variable in ("$query", "$namespace", "$instance"):
                 expr = expr.replace(variable, ".*")
             found.append((panel["title"], expr))
@@ -316,8 +337,13 @@ def _assert_dashboard_queries_return_data(prometheus: Prometheus) -> None:
 def _assert_alert_expressions_return_data(prometheus: Prometheus) -> None:
     alerts = alert_expressions()
     assert len(alerts) >= 7
+    for name, metric in EVENT_ONLY_ALERTS.items():
+        assert not prometheus.query(metric), f"{metric} exists without its event"
+        assert f"alertname: {name}" in ALERT_TESTS.read_text(), f"{name} has no promtool test"
     empty = []
     for name, expr in alerts:
+        if name in EVENT_ONLY_ALERTS:
+            continue
         relaxed = without_thresholds(expr)
         assert relaxed != expr, f"{name}: no threshold found in {expr}"
         # A test a few minutes long has no history for a look-back window to compare with.
@@ -325,6 +351,35 @@ def _assert_alert_expressions_return_data(prometheus: Prometheus) -> None:
         if not prometheus.query(relaxed):
             empty.append(f"{name}: {relaxed}")
     assert [] == empty
+
+
+def _assert_the_consumer_group_holds_the_checkpoint(lake: Lake) -> None:
+    """Every record is in (no lag): the group's committed offsets are the topics' ends."""
+    admin = AdminClient({"bootstrap.servers": lake.bootstrap_servers})
+    for topic in (lake.users_topic, lake.sensors_topic):
+        ends = _end_offsets(lake.bootstrap_servers, topic)
+        request = ConsumerGroupTopicPartitions(
+            "lakehouse-ingest", [TopicPartition(topic, p) for p in ends]
+        )
+        _eventually(
+            partial(lambda r, e: _group_offsets(admin, r) == e, request, ends),
+            30,
+            f"{topic}'s group offsets",
+        )
+
+
+def _group_offsets(admin: AdminClient, request: ConsumerGroupTopicPartitions) -> dict[int, int]:
+    [future] = admin.list_consumer_group_offsets([request]).values()
+    return {tp.partition: tp.offset for tp in future.result(timeout=30).topic_partitions}
+
+
+def _assert_the_driver_jvm_is_exported(prometheus: Prometheus) -> None:
+    used = _value(prometheus, 'sum(lakehouse_ingest_jvm_memory_used_bytes{area="heap"})')
+    most = _value(prometheus, 'sum(lakehouse_ingest_jvm_memory_max_bytes{area="heap"})')
+    # INGEST_SPARK_DRIVER_MEMORY is 1g in the tests.
+    assert 0 < used <= most <= 1024**3, (used, most)
+    assert _value(prometheus, "sum(lakehouse_ingest_jvm_threads)") > 10
+    assert prometheus.query("lakehouse_ingest_jvm_gc_collection_seconds_total")
 
 
 def _assert_every_rule_evaluates(prometheus: Prometheus) -> None:
@@ -395,6 +450,10 @@ def _assert_status_reports_checkpoint_lag_and_tables(lake: Lake) -> None:
         assert committed <= bronze["rows"] <= sum(ends.values())
         assert bronze["version"] >= query["last_committed_batch"] + 1
     assert tables["silver/quarantine"]["rows"] > 0
+    # The contract each silver table was written under, recorded at the driver's start.
+    for contract in SHIPPED.contracts:
+        silver = tables[contract_tables(contract).silver.name]
+        assert (contract.fingerprint, None) == (silver["contract"], silver["contract_file"])
 
 
 def _assert_status_asks_the_running_driver(lake: Lake, http_port: int, pid: int) -> None:
