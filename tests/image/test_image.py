@@ -184,16 +184,51 @@ def test_compose_and_the_chart_run_the_image_as_it_is(image_config: dict[str, An
     assert "8080/tcp" in image_config["ExposedPorts"]
     assert "8080:8080" in ingest["ports"]
 
-    (deployment,) = [d for d in render(None, False) if d["kind"] == "Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
-    (driver,) = pod["containers"]
+    deployments = {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+        for d in render(None, False)
+        if d["kind"] == "Deployment"
+    }
+    assert {"driver", "toolbox"} == set(deployments)
+    for component, deployment in deployments.items():
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        context = {**pod["securityContext"], **container.get("securityContext", {})}
+        assert user == f"{context['runAsUser']}:{context['runAsGroup']}", component
+        mounts = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+        assert {"/tmp", home} == mounts, component
+    driver = deployments["driver"]["spec"]["template"]["spec"]["containers"][0]
     assert "command" not in driver, "the chart runs the image's own entrypoint"
     assert image_config["Cmd"] == driver["args"]
-    context = {**pod["securityContext"], **driver.get("securityContext", {})}
-    assert user == f"{context['runAsUser']}:{context['runAsGroup']}"
-    mounts = {m["mountPath"] for m in driver["volumeMounts"] if not m.get("readOnly")}
-    assert {"/tmp", home} == mounts
     assert 8080 in [p["containerPort"] for p in driver["ports"]]
+
+
+def test_the_toolbox_pods_command_runs_in_the_image_and_stops_on_sigterm(
+    container: Container, tmp_path: Path
+) -> None:
+    (toolbox,) = [
+        d
+        for d in render(None, False)
+        if d["kind"] == "Deployment"
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "toolbox"
+    ]
+    (spec,) = toolbox["spec"]["template"]["spec"]["containers"]
+    command = [*spec["command"], *spec["args"]]
+    log = tmp_path / "toolbox.log"
+    process = container.start(command, {}, log)
+    try:
+        time.sleep(3)
+        assert process.poll() is None, log.read_text(errors="replace")
+        # What the kubelet does on a rollout or a delete: SIGTERM to tini; sleep ends at once.
+        started = time.monotonic()
+        os.kill(_tini_pid(process.pid), signal.SIGTERM)
+        code = process.wait(timeout=30)
+        assert time.monotonic() - started < 10
+        assert code in (143, -15), (code, log.read_text(errors="replace"))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def _tini_pid(ancestor: int) -> int:
