@@ -23,12 +23,14 @@ log = structlog.get_logger(__name__)
 
 def check_kafka_access(settings: Settings, timeout: float | None = None) -> None:
     """Raise `KafkaAccessRefusedError` when the brokers reject the SASL credentials or their
-    certificate is not trusted, and `KafkaUnreachableError` when none answers within
-    ``timeout`` (``INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS``).
+    certificate is not trusted, `KafkaUnreachableError` when none answers within
+    ``timeout`` (``INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS``), and `ConfigError` when the
+    brokers answer but a contract's topic is not among their topics.
 
     Without this, a wrong password surfaced as a streaming query's failure after the
-    JVM started, behind dozens of librdkafka retry lines, and a wrong address as a
-    traceback from the first admin call.
+    JVM started, behind dozens of librdkafka retry lines, a wrong address as a
+    traceback from the first admin call, and a missing topic as a query's
+    UnknownTopicOrPartitionException (exit 1, after the JVM started).
     """
     timeout = settings.kafka_connect_timeout_seconds if timeout is None else timeout
     errors: list[KafkaError] = []
@@ -47,10 +49,12 @@ def check_kafka_access(settings: Settings, timeout: float | None = None) -> None
         ) from None
     started = time.monotonic()
     try:
-        admin.list_topics(timeout=timeout)
-        return
+        metadata = admin.list_topics(timeout=timeout)
     except KafkaException:
         admin.poll(1)  # serves the error callbacks
+    else:
+        _check_topics(settings, set(metadata.topics))
+        return
     waited = time.monotonic() - started
     refused = [e for e in errors if _refusal(e)]
     if not refused:
@@ -73,6 +77,25 @@ def check_kafka_access(settings: Settings, timeout: float | None = None) -> None
             f"{refused[0].str()}. Check INGEST_KAFKA_SASL_USERNAME, INGEST_KAFKA_SASL_PASSWORD, "
             "INGEST_KAFKA_SSL_CA_LOCATION and INGEST_KAFKA_SSL_KEYSTORE_LOCATION."
         )
+
+
+def _check_topics(settings: Settings, existing: set[str]) -> None:
+    """Raise `ConfigError` naming each contract whose topic is not in ``existing`` (the
+    topics the brokers list): the driver reads a contract's topic, it never creates it."""
+    missing = [c for c in settings.contracts if c.topic not in existing]
+    if not missing:
+        return
+    at = settings.kafka.bootstrap_servers
+    raise ConfigError(
+        "; ".join(
+            f"topic {c.topic!r} of contract {c.name} (INGEST_{c.name.upper()}_TOPIC) does not"
+            f" exist on the brokers at {at}"
+            for c in missing
+        )
+        + f": create {'it' if len(missing) == 1 else 'them'} first (the driver reads a"
+        " contract's topic, it does not create it), or set the variable to the topic the"
+        " producers write"
+    )
 
 
 def _refusal(error: KafkaError) -> bool:

@@ -161,3 +161,56 @@ def test_the_command_line_exits_2_with_one_line_naming_the_variable(
     [line] = done.stderr.splitlines()
     assert line.startswith(f"lakehouse-ingest: invalid configuration: {variable}: not valid JSON")
     assert not (tmp_path / "lake").exists()
+
+
+# --- the start's topic check ----------------------------------------------------------------
+
+
+class _Metadata:
+    def __init__(self, topics: set[str]) -> None:
+        self.topics = {t: object() for t in topics}
+
+
+def _brokers_with(monkeypatch: pytest.MonkeyPatch, topics: set[str]) -> None:
+    """An AdminClient whose brokers answer and list ``topics``."""
+
+    class _Admin:
+        def __init__(self, config: dict[str, object]) -> None:
+            pass
+
+        def list_topics(self, timeout: float) -> _Metadata:
+            return _Metadata(topics)
+
+    monkeypatch.setattr("service.kafka.admin.AdminClient", _Admin)
+
+
+def test_the_start_refuses_a_contracts_topic_the_brokers_do_not_list(
+    monkeypatch: pytest.MonkeyPatch, orders_dir: Path
+) -> None:
+    from service.kafka.admin import check_kafka_access
+
+    _brokers_with(monkeypatch, {"users", "sensors", "shop.orders"})
+    check_kafka_access(load_settings())  # every topic there
+
+    monkeypatch.setenv("INGEST_ORDERS_TOPIC", "shop.orders.v2")
+    monkeypatch.setenv("INGEST_USERS_TOPIC", "people")
+    with pytest.raises(ConfigError) as raised:
+        check_kafka_access(load_settings())
+
+    assert (
+        "topic 'people' of contract users (INGEST_USERS_TOPIC) does not exist on the brokers at"
+        " localhost:9092; topic 'shop.orders.v2' of contract orders (INGEST_ORDERS_TOPIC) does"
+        " not exist on the brokers at localhost:9092: create them first (the driver reads a"
+        " contract's topic, it does not create it), or set the variable to the topic the"
+        " producers write"
+    ) == str(raised.value)
+
+
+def test_the_start_checks_only_the_contracts_the_deployment_runs(
+    monkeypatch: pytest.MonkeyPatch, orders_dir: Path
+) -> None:
+    from service.kafka.admin import check_kafka_access
+
+    _brokers_with(monkeypatch, {"shop.orders"})
+    monkeypatch.setenv("INGEST_CONTRACT_NAMES", "orders")
+    check_kafka_access(load_settings())
