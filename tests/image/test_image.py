@@ -140,9 +140,7 @@ def test_the_driver_in_the_image_serves_health_status_and_every_runbook_command(
         os.kill(_tini_pid(driver.pid), signal.SIGTERM)
         assert 0 == driver.wait(timeout=120), log.read_text(errors="replace")[-4000:]
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait(timeout=30)
+        _kill_container_processes(driver)
     text = log.read_text(errors="replace")
     assert [] == _events(text, level="error")
     assert 1 == len(_events(text, event="stopped")), text[-4000:]
@@ -226,9 +224,20 @@ def test_the_toolbox_pods_command_runs_in_the_image_and_stops_on_sigterm(
         assert time.monotonic() - started < 10
         assert code in (143, -15), (code, log.read_text(errors="replace"))
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+        _kill_container_processes(process)
+
+
+def _kill_container_processes(run: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of ``buildah run``'s session (it started it in a session of its
+    own): the container's processes too, which outlive ``buildah run`` and which tini puts
+    in process groups of their own."""
+    if run.poll() is None:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                number, rest = stat.read_text().split(" (", 1)
+                if int(rest.rsplit(") ", 1)[1].split()[3]) == run.pid:
+                    os.kill(int(number), signal.SIGKILL)
+        run.wait(timeout=30)
 
 
 def _tini_pid(ancestor: int) -> int:
