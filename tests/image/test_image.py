@@ -26,7 +26,7 @@ from tests.support.lake import Lake
 from tests.support.repo import REPO
 from tests.support.runbooks import runbook_commands
 
-# The image as built here, measured (README, "Deployment"): a limit that catches a layer
+# The image as built here, measured (docs/deploy.md): a limit that catches a layer
 # grown by accident (a build tool, a cache, a second copy of the jars).
 SIZE_LIMIT_BYTES = 2_200_000_000
 

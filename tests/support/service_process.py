@@ -19,7 +19,7 @@ from tests.support.repo import REPO
 # A test's driver (and a cluster test's executor) lives seconds to a few minutes, and
 # most of its CPU went to C2 compiling code for a run that ends before it pays back.
 # C1 only and the serial collector: a 6,500-record `run --available-now` took 58-64 ->
-# 35-37 CPU-s, 32-34 -> 25-26 s (README, Performance). Neither changes a result, only how
+# 35-37 CPU-s, 32-34 -> 25-26 s (docs/performance.md). Neither changes a result, only how
 # fast the JVM gets there. C1 alone would reserve the client VM's 48 MB of code cache,
 # which a driver with gold on fills ("Out of space in CodeCache", its queries fail):
 # the default JVM's 240 MB.

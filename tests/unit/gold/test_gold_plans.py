@@ -56,7 +56,7 @@ def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_
     with pytest.raises(StreamingQueryException, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
         query.awaitTermination()
 
-    # The upgrade (README, Upgrading a lake): without its table and checkpoint, the query
+    # The upgrade (docs/tables.md, Upgrading a lake): without its table and checkpoint, the query
     # rebuilds the table from silver with the latest plan.
     shutil.rmtree(checkpoint.removeprefix("file:"))
     shutil.rmtree(HEART_RATE_ACTIVITY.uri(settings.storage_uri).removeprefix("file:"))

@@ -32,7 +32,7 @@ from service.streaming.queries import check_tables, checkpoint_location
 from service.verbs.migrate import migrate_tables
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
-# bronze before DESIGN.md §3 made the raw columns BINARY.
+# bronze before the raw columns became BINARY (docs/tables.md).
 TEXT_BRONZE = StructType(
     [
         StructField("key", StringType()),
