@@ -16,10 +16,7 @@ now accepts; a second driver applies nothing twice and fills the new column.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -38,7 +35,6 @@ from service.contracts.loading import Contracts, read_contract
 from service.lake.lakeview import LakeReader
 from service.lake.tables import catalogue_of
 from tests.support.lake import Lake
-from tests.support.repo import REPO
 from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -203,19 +199,6 @@ def write_contract(directory: Path, document: dict[str, Any]) -> None:
     (directory / f"{name}.json").write_text(json.dumps(document, indent=2))
 
 
-def cli(lake: Lake, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m service ARGS`` on the lake, as the operator runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        cwd=REPO,
-        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING", **env)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-
-
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -334,9 +317,9 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert (devices_now["d-3"].location_site, devices_now["d-3"].location_rack) == ("ams", 4)
 
     # 2. The operator's verbs know the new topics from the contracts alone.
-    status = cli(lake, env, "status", "--json")
-    assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    status = lake.cli("status", "--json", **env)
+    assert status.code == 0, status.err
+    report = json.loads(status.out)
     assert {q["query"]: q["lag"] for q in report["queries"]} == {
         "ingest_orders": 0,
         "ingest_devices": 0,
@@ -346,15 +329,14 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert tables["silver/orders"]["contract"] == f"v1 {v1.fingerprint}"
     assert tables["silver/orders"]["rows"] == VALID_ORDERS
     assert tables["silver/orders"]["contract_file"] is None
-    shown = cli(
-        lake, env, "show", "silver/orders", "--format", "json", "--where", "order_id = 'o-2'"
-    )
-    assert shown.returncode == 0, shown.stderr
-    [o2] = [json.loads(line) for line in shown.stdout.splitlines()]
+    where = "order_id = 'o-2'"
+    shown = lake.cli("show", "silver/orders", "--format", "json", "--where", where, **env)
+    assert shown.code == 0, shown.err
+    [o2] = [json.loads(line) for line in shown.out.splitlines()]
     assert (o2["order_id"], o2["amount"], o2["customer_id"]) == ("o-2", 11.5, 102)
-    reconciled = cli(lake, env, "reconcile", "--json")
-    assert reconciled.returncode == 0, reconciled.stdout[-3000:] + reconciled.stderr[-3000:]
-    assert json.loads(reconciled.stdout)["records"] == {
+    reconciled = lake.cli("reconcile", "--json", **env)
+    assert reconciled.code == 0, reconciled.out[-3000:] + reconciled.err[-3000:]
+    assert json.loads(reconciled.out)["records"] == {
         "bronze/orders": total_orders,
         "bronze/devices": len(devices),
     }
@@ -384,10 +366,10 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     ):
         write_contract(refused_dir, document)
         write_contract(refused_dir, DEVICES)
-        run = cli(lake, {**env, "INGEST_CONTRACTS_DIR": str(refused_dir)}, "run")
+        run = lake.cli("run", **{**env, "INGEST_CONTRACTS_DIR": str(refused_dir)})
         # The log is JSON lines on stdout: one, and nothing on stderr.
-        lines = run.stdout.strip().splitlines()
-        assert (run.returncode, len(lines), run.stderr) == (exit_code, 1, ""), run.stdout[-3000:]
+        lines = run.out.strip().splitlines()
+        assert (run.code, len(lines), run.err) == (exit_code, 1, ""), run.out[-3000:]
         assert needle in lines[0], lines[0]
     assert "docs/runbooks/ContractChangeRefused.md" in lines[0]
 
@@ -401,9 +383,9 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     ).start()
     assert -9 == killed.wait(timeout=300), killed.log_text()[-3000:]
     assert "crash_point" in killed.log_text()
-    rerun = cli(lake, env, "promote", "--topic", "orders", "priority", "--json")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    second = json.loads(rerun.stdout)
+    rerun = lake.cli("promote", "--topic", "orders", "priority", "--json", **env)
+    assert rerun.code == 0, rerun.err[-3000:]
+    second = json.loads(rerun.out)
     assert (second["rows_promoted"], second["rows_kept"]) == (0, 1)
     assert len(second["unfinished"]) == 1
     promoted = {r.order_id: r for r in rows(spark, lake, "silver/orders")}
@@ -414,8 +396,8 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert sorted(r.outcome for r in audit) == ["done", "started", "started"]
 
     # 5. What only the old enum refused moves to silver.
-    replay = cli(lake, env, "replay-quarantine", "--topic", orders_topic, "--json")
-    assert replay.returncode == 0, replay.stderr[-3000:]
+    replay = lake.cli("replay-quarantine", "--topic", orders_topic, "--json", **env)
+    assert replay.code == 0, replay.err[-3000:]
     replayed = {r.order_id: r for r in rows(spark, lake, "silver/orders")}
     assert replayed["o-40"].status == "refunded"
     assert len(replayed) == VALID_ORDERS + 1
@@ -441,10 +423,10 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert [r.priority for r in rows(spark, lake, "silver/orders") if r.order_id == "o-50"] == [
         "high"
     ]
-    reconciled = cli(lake, env, "reconcile", "--json")
-    assert reconciled.returncode == 0, reconciled.stdout[-3000:] + reconciled.stderr[-3000:]
+    reconciled = lake.cli("reconcile", "--json", **env)
+    assert reconciled.code == 0, reconciled.out[-3000:] + reconciled.err[-3000:]
     v2 = read_contract(contracts_dir / "orders.json")
-    status = json.loads(cli(lake, env, "status", "--json").stdout)
+    status = json.loads(lake.cli("status", "--json", **env).out)
     assert {t["table"]: t["contract"] for t in status["tables"]}["silver/orders"] == (
         f"v2 {v2.fingerprint}"
     )

@@ -9,33 +9,13 @@ UnknownTopicOrPartitionException (exit 1).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.support.lake import Lake
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.integration
-
-
-def cli(lake: Lake, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``python -m service ARGS`` on ``lake`` with ``env``, and its wall time."""
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        cwd=REPO,
-        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING", **env)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return done, time.monotonic() - started
 
 
 def test_run_refuses_a_contracts_topic_missing_on_the_brokers_and_status_still_reports(
@@ -43,11 +23,11 @@ def test_run_refuses_a_contracts_topic_missing_on_the_brokers_and_status_still_r
 ) -> None:
     missing = f"{lake.users_topic}-absent"
 
-    run, seconds = cli(lake, "run", INGEST_USERS_TOPIC=missing)
+    run = lake.cli("run", INGEST_USERS_TOPIC=missing)
 
-    assert "" == run.stderr
-    lines = run.stdout.strip().splitlines()
-    assert (2, 1) == (run.returncode, len(lines)), run.stdout[-3000:]
+    assert "" == run.err
+    lines = run.out.strip().splitlines()
+    assert (2, 1) == (run.code, len(lines)), run.out[-3000:]
     [line] = [json.loads(line) for line in lines]
     assert ("invalid_configuration", "error") == (line["event"], line["level"])
     for needle in (
@@ -58,12 +38,12 @@ def test_run_refuses_a_contracts_topic_missing_on_the_brokers_and_status_still_r
         assert needle in line["error"], line["error"]
     assert lake.sensors_topic not in line["error"]  # it exists
     # Found by the start's Kafka check: no lease taken, no JVM started (10 s and more here).
-    assert seconds < 20, seconds
+    assert run.seconds < 20, run.seconds
     admin = AdminClient({"bootstrap.servers": lake.bootstrap_servers})
     assert missing not in admin.list_topics(timeout=10).topics  # nothing created it
 
-    status, _ = cli(lake, "status", INGEST_USERS_TOPIC=missing)
+    status = lake.cli("status", INGEST_USERS_TOPIC=missing)
 
-    assert status.returncode in (0, 1), status.stdout + status.stderr
-    assert "Traceback" not in status.stderr, status.stderr
-    assert missing in status.stdout and lake.sensors_topic in status.stdout, status.stdout
+    assert status.code in (0, 1), status.out + status.err
+    assert "Traceback" not in status.err, status.err
+    assert missing in status.out and lake.sensors_topic in status.out, status.out

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,39 +31,10 @@ from service.lake.tables import SHIPPED
 from service.verbs.reconcile import Increment, reconcile
 from service.verbs.show import ShowRequest, show
 from tests.support.lake import Lake, LakeFactory
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.integration
 
 READINGS = 1200
-
-
-@dataclass(frozen=True)
-class Run:
-    """A finished CLI run: exit code, stdout, stderr and wall time."""
-
-    code: int
-    out: str
-    err: str
-    seconds: float
-
-    def json_lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.out.splitlines()]
-
-
-def cli(lake: Lake, *args: str, **env: str) -> Run:
-    """``python -m service ARGS`` against ``lake`` (``env`` overrides its settings)."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        cwd=REPO,
-        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING", **env)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return Run(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
@@ -164,13 +131,11 @@ def test_show_travels_in_time_filters_and_prints_bytes_as_hex(
     }
 
     # The command line: a text table of 20 rows by default, CSV with a header.
-    table = cli(lake, "show", "bronze/sensors")
+    table = lake.cli("show", "bronze/sensors")
     assert 0 == table.code, table.err
     assert 2 + 20 + 1 == len(table.out.splitlines())
     assert table.out.splitlines()[-1].startswith("(20 rows shown; more match")
-    csv_rows = cli(
-        lake, "show", "silver/users", "--format", "csv", "--limit", "0", "--version", "1"
-    )
+    csv_rows = lake.cli("show", "silver/users", "--format", "csv", "--limit", "0", "--version", "1")
     assert 0 == csv_rows.code, csv_rows.err
     users_v1 = read(spark, lake.table("silver/users"), 1)
     assert [",".join(users_v1.columns)] == csv_rows.out.splitlines()[:1]
@@ -178,17 +143,17 @@ def test_show_travels_in_time_filters_and_prints_bytes_as_hex(
 
 
 def test_show_refuses_a_missing_table_a_missing_version_and_a_bad_predicate(lake: Lake) -> None:
-    nowhere = cli(lake, "show", "gold/alerts", INGEST_STORAGE_ROOT="s3a://lakehouse/no-lake-here")
+    nowhere = lake.cli("show", "gold/alerts", INGEST_STORAGE_ROOT="s3a://lakehouse/no-lake-here")
     assert (2, "") == (nowhere.code, nowhere.out)
     assert [
         "lakehouse-ingest show: no Delta table gold/alerts at s3://lakehouse/no-lake-here/gold/alerts"
     ] == nowhere.err.splitlines()
 
-    too_new = cli(lake, "show", "bronze/sensors", "--version", "999")
+    too_new = lake.cli("show", "bronze/sensors", "--version", "999")
     assert 2 == too_new.code
     assert "bronze/sensors has no version 999" in too_new.err
 
-    bad = cli(lake, "show", "bronze/sensors", "--where", "no_such_column = 1")
+    bad = lake.cli("show", "bronze/sensors", "--where", "no_such_column = 1")
     assert 2 == bad.code
     assert "no_such_column" in bad.err
 
@@ -196,7 +161,7 @@ def test_show_refuses_a_missing_table_a_missing_version_and_a_bad_predicate(lake
 def test_reconcile_holds_on_the_lake_and_counts_what_spark_counts(
     spark: SparkSession, lake: Lake
 ) -> None:
-    result = cli(lake, "reconcile", "--json")
+    result = lake.cli("reconcile", "--json")
 
     assert 0 == result.code, result.out + result.err
     report = json.loads(result.out)
@@ -227,14 +192,14 @@ def test_reconcile_holds_on_the_lake_and_counts_what_spark_counts(
     }
     print(f"reconcile: {result.seconds:.2f}s (process), {report['duration_seconds']}s (checks)")
 
-    text = cli(lake, "reconcile")
+    text = lake.cli("reconcile")
     assert (0, "OK: every invariant holds") == (text.code, text.out.splitlines()[-1])
 
     # --since: only the records at or after a Kafka timestamp in the middle of the corpus.
     stamps = sorted(r[0] for r in read(spark, lake.table("bronze/sensors")).select(
         "kafka_timestamp").collect())  # fmt: skip
     since = stamps[len(stamps) // 2].isoformat() + "Z"  # the session time zone is UTC
-    recent = json.loads(cli(lake, "reconcile", "--json", "--since", since).out)
+    recent = json.loads(lake.cli("reconcile", "--json", "--since", since).out)
     assert recent["ok"], recent["problems"]
     expected = count("bronze/sensors", f"kafka_timestamp >= '{since.removesuffix('Z')}'")
     assert expected == recent["sensors"]["bronze_rows"] < READINGS
@@ -279,7 +244,7 @@ def test_reconcile_finds_a_hand_made_gap_and_duplicates(
     window = append_copy_of_a_row(copy / "gold" / "sensor_stats_1m")
     user = append_copy_of_a_row(copy / "silver" / "users")
 
-    result = cli(lake, "reconcile", "--json", INGEST_STORAGE_ROOT=str(copy))
+    result = lake.cli("reconcile", "--json", INGEST_STORAGE_ROOT=str(copy))
 
     assert 1 == result.code, result.out + result.err
     report = json.loads(result.out)
@@ -312,7 +277,7 @@ def test_reconcile_finds_a_hand_made_gap_and_duplicates(
         report["users"]["duplicate_key_samples"],
         report["users"]["duplicate_keys"],
     )
-    text = cli(lake, "reconcile", INGEST_STORAGE_ROOT=str(copy))
+    text = lake.cli("reconcile", INGEST_STORAGE_ROOT=str(copy))
     assert 1 == text.code
     assert f"bronze/sensors {lake.sensors_topic}/1: 3 offsets missing (gaps: {first}-{last})" in (
         text.out
@@ -393,7 +358,7 @@ def test_replay_quarantine_moves_what_now_passes_exactly_once_through_a_kill_9(
         killed.cleanup()
     [planned] = killed.events("replay_planned")
 
-    rerun = cli(lake, "replay-quarantine", "--error-code", "event_time_in_future", "--json",
+    rerun = lake.cli("replay-quarantine", "--error-code", "event_time_in_future", "--json",
                 **FIXED)  # fmt: skip
     assert 0 == rerun.code, rerun.err
     report = json.loads(rerun.out)
@@ -417,7 +382,7 @@ def test_replay_quarantine_moves_what_now_passes_exactly_once_through_a_kill_9(
     }
     assert quarantine.count() == read(spark, lake.table("silver/quarantine")).count()
 
-    dry = cli(lake, "replay-quarantine", "--dry-run", "--json", **FIXED)
+    dry = lake.cli("replay-quarantine", "--dry-run", "--json", **FIXED)
     assert 0 == dry.code, dry.err
     report = json.loads(dry.out)
     assert (True, others, {"rejected": others}) == (
@@ -427,7 +392,7 @@ def test_replay_quarantine_moves_what_now_passes_exactly_once_through_a_kill_9(
     )
     assert "event_time_in_future" not in report["selected"]
     assert 2 * len(future) == read(spark, lake.table("silver/quarantine_replays")).count()
-    checked = cli(lake, "reconcile", "--json")
+    checked = lake.cli("reconcile", "--json")
     assert 0 == checked.code, checked.out[-3000:]
 
 
@@ -443,7 +408,7 @@ def test_a_second_replay_moves_nothing_and_gold_picks_up_the_replayed_readings(
     moved_count, replay_rows = moved.count(), replays.count()
     assert moved_count > 0
 
-    again = cli(lake, "replay-quarantine", "--error-code", "event_time_in_future", "--json",
+    again = lake.cli("replay-quarantine", "--error-code", "event_time_in_future", "--json",
                 **FIXED)  # fmt: skip
     assert 0 == again.code, again.err
     report = json.loads(again.out)

@@ -8,72 +8,57 @@ or a port is wrong or the network path is cut.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
+from typing import Any
 
 import pytest
 from devstack import KafkaBroker, free_port
 
-from tests.support.lake import Lake
-from tests.support.repo import REPO
+from tests.support.lake import Lake, Run
 
 pytestmark = pytest.mark.integration
 
 
-def run(lake: Lake, *args: str, **env: str) -> tuple[int, list[str], str, float]:
-    """``python -m service ARGS``: exit code, its output's lines (the log is JSON lines on
-    stdout; stderr must stay empty), the output as text, its wall time."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        cwd=REPO,
-        env={**os.environ, **lake.env(INGEST_LOG_LEVEL="WARNING", **env)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert "" == result.stderr
-    lines = result.stdout.strip().splitlines()
-    return result.returncode, lines, result.stdout, time.monotonic() - started
+def one_line(run: Run) -> dict[str, Any]:
+    """The one JSON log line ``run`` printed on stdout (stderr stays empty)."""
+    assert "" == run.err
+    lines = run.out.strip().splitlines()
+    assert 1 == len(lines), lines
+    line: dict[str, Any] = json.loads(lines[0])
+    return line
 
 
 def test_an_unreachable_broker_is_exit_4_and_one_line_naming_it(lake: Lake) -> None:
     address = f"127.0.0.1:{free_port()}"
-    code, lines, _, seconds = run(
-        lake,
-        "run",
-        INGEST_KAFKA_BOOTSTRAP_SERVERS=address,
-        INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS="3",
+    run = lake.cli(
+        "run", INGEST_KAFKA_BOOTSTRAP_SERVERS=address, INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS="3"
     )
-    assert (4, 1) == (code, len(lines)), lines
-    [line] = [json.loads(line) for line in lines]
+    assert 4 == run.code, run.out
+    line = one_line(run)
     assert "kafka_unreachable" == line["event"]
     for needle in (address, "INGEST_KAFKA_BOOTSTRAP_SERVERS", "within 3 s", "Connection refused"):
         assert needle in line["error"], line["error"]
-    assert seconds < 30, "it waits INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS, not a JVM start"
+    assert run.seconds < 30, "it waits INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS, not a JVM start"
 
 
 def test_an_unreachable_s3_server_is_exit_4_and_one_line_and_status_says_so_once(
     lake: Lake, kafka_broker: KafkaBroker
 ) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
-    code, lines, _, seconds = run(lake, "run", AWS_ENDPOINT_URL=endpoint)
-    assert (4, 1) == (code, len(lines)), lines
-    [line] = [json.loads(line) for line in lines]
+    run = lake.cli("run", AWS_ENDPOINT_URL=endpoint)
+    assert 4 == run.code, run.out
+    line = one_line(run)
     assert "storage_unreachable" == line["event"]
     for needle in (endpoint, "AWS_ENDPOINT_URL", lake.storage_root):
         assert needle in line["error"], line["error"]
     # Found by the lease, before Spark: no JVM ever started (they take 10 s and more here).
-    assert seconds < 60
+    assert run.seconds < 60
 
-    code, lines, out, seconds = run(lake, "status", AWS_ENDPOINT_URL=endpoint)
-    assert 1 == code, out
+    status = lake.cli("status", AWS_ENDPOINT_URL=endpoint)
+    assert (1, "") == (status.code, status.err), status.out
+    out = status.out
     # The broker answered: its offsets are there; the storage is named unreadable once,
     # and nothing else was read from it (each read would have retried for seconds).
     assert 1 == out.count("UNREADABLE"), out
     assert f"storage     {lake.storage_root} (UNREADABLE: " in out
     assert lake.sensors_topic in out
-    assert seconds < 40, seconds
+    assert status.seconds < 40, status.seconds

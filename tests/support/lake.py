@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -22,6 +23,20 @@ from service.lake.tables import SHIPPED
 from tests.support.kafka import Coordinates, topic_coordinates
 from tests.support.repo import REPO
 from tests.support.service_process import TEST_JVM_OPTIONS, ServiceProcess
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished command: exit code, stdout, stderr and wall time."""
+
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        """Its stdout's lines, each a JSON document."""
+        return [json.loads(line) for line in self.out.splitlines()]
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,21 @@ class Lake:
         )
         assert result.returncode == 0, result.stderr + result.stdout
         return result.stdout.strip().splitlines()[-1]
+
+    def cli(self, *args: str, **env: str) -> Run:
+        """``python -m service ARGS`` on this lake as an operator runs it (``env`` overrides
+        its settings; logs at WARNING), to completion."""
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "service", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        return Run(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
 
     def reconcile(self) -> tuple[int, dict[str, Any]]:
         """Run the ``reconcile --json`` verb on this lake: its exit code and its report."""

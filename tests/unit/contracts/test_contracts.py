@@ -21,9 +21,10 @@ from service.config import Settings
 from service.contracts.loading import SHIPPED_DIR, load_contracts, parse_contract, read_contract
 from service.contracts.model import Tables
 from service.errors import ContractError
+from tests.support.contracts import DRAFT, orders, shipped
+from tests.support.contracts import refusal as contract_refusal
 from tests.support.repo import REPO
 
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SOURCE = "/contracts/users.json"
 
 
@@ -34,32 +35,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def shipped(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SHIPPED_DIR / f"{name}.json").read_text())
-    return document
-
-
-def orders() -> dict[str, Any]:
-    """A third contract: events with an id, an event time and default table names."""
-    return {
-        "$schema": DRAFT,
-        "type": "object",
-        "required": ["order_id", "placed_at"],
-        "properties": {
-            "order_id": {"type": "string", "minLength": 1},
-            "placed_at": {"type": "string", "format": "date-time"},
-            "amount": {"type": ["number", "null"], "minimum": 0},
-        },
-        "x-lakehouse": {
-            "name": "orders",
-            "topic": "shop.orders",
-            "mode": "events",
-            "id": "order_id",
-            "event_time": "placed_at",
-        },
-    }
-
-
 def write(directory: Path, name: str, document: dict[str, Any]) -> Path:
     directory.mkdir(exist_ok=True)
     path = directory / f"{name}.json"
@@ -68,11 +43,7 @@ def write(directory: Path, name: str, document: dict[str, Any]) -> Path:
 
 
 def refusal(document: dict[str, Any], source: str = SOURCE) -> str:
-    with pytest.raises(ContractError) as raised:
-        parse_contract(document, source, Path(source).stem, {})
-    message = str(raised.value)
-    assert 1 == len(message.splitlines()), message
-    return message
+    return contract_refusal(document, source)
 
 
 def users_with(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
@@ -130,7 +101,7 @@ def test_the_settings_read_the_shipped_contracts_when_no_directory_is_given() ->
 def test_a_contracts_dir_adds_a_contract_and_replaces_a_shipped_one_by_name(
     tmp_path: Path,
 ) -> None:
-    write(tmp_path, "orders", orders())
+    write(tmp_path, "orders", orders(topic="shop.orders", event_time="placed_at"))
     users = shipped("users")
     users["properties"]["nickname"] = {"type": ["string", "null"], "maxLength": 40}
     users_path = write(tmp_path, "users", users)
@@ -155,7 +126,7 @@ def test_a_contracts_dir_adds_a_contract_and_replaces_a_shipped_one_by_name(
 def test_settings_take_the_contracts_dir_and_the_topic_variables(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    write(tmp_path, "orders", orders())
+    write(tmp_path, "orders", orders(topic="shop.orders", event_time="placed_at"))
     monkeypatch.setenv("INGEST_CONTRACTS_DIR", str(tmp_path))
     monkeypatch.setenv("INGEST_ORDERS_TOPIC", "shop.orders.v2")
     monkeypatch.setenv("INGEST_USERS_TOPIC", "people")
@@ -371,11 +342,11 @@ def test_a_bad_extension_block_is_refused_naming_its_pointer(
 
 
 def test_an_events_contract_needs_a_string_id_among_its_fields() -> None:
-    no_id = orders()
+    no_id = orders(topic="shop.orders", event_time="placed_at")
     no_id["x-lakehouse"]["id"] = "ref"
-    optional_id = orders()
+    optional_id = orders(topic="shop.orders", event_time="placed_at")
     optional_id["required"] = ["placed_at"]
-    numeric_id = orders()
+    numeric_id = orders(topic="shop.orders", event_time="placed_at")
     numeric_id["properties"]["order_id"] = {"type": "integer"}
 
     source = "/contracts/orders.json"
@@ -393,7 +364,7 @@ def test_an_events_contract_needs_a_string_id_among_its_fields() -> None:
 
 
 def test_two_contracts_writing_one_table_are_refused(tmp_path: Path) -> None:
-    document = orders()
+    document = orders(topic="shop.orders", event_time="placed_at")
     document["x-lakehouse"]["tables"] = {"bronze": "bronze/orders", "silver": "silver/users"}
     path = write(tmp_path, "orders", document)
 
@@ -404,7 +375,7 @@ def test_two_contracts_writing_one_table_are_refused(tmp_path: Path) -> None:
 
 
 def test_two_contracts_named_alike_are_refused(tmp_path: Path) -> None:
-    document = orders()
+    document = orders(topic="shop.orders", event_time="placed_at")
     document["x-lakehouse"]["name"] = "sensors"
     document["x-lakehouse"]["tables"] = {"bronze": "bronze/orders", "silver": "silver/orders"}
     path = write(tmp_path, "orders", document)
@@ -417,7 +388,7 @@ def test_two_contracts_named_alike_are_refused(tmp_path: Path) -> None:
 
 
 def test_two_contracts_reading_one_topic_are_refused(tmp_path: Path) -> None:
-    document = orders()
+    document = orders(topic="shop.orders", event_time="placed_at")
     document["x-lakehouse"]["topic"] = "users"
     path = write(tmp_path, "orders", document)
 

@@ -18,7 +18,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from service.config import Location, Settings
 from service.contracts.evolution import RUNBOOK, Change, refusal, table_changes
-from service.contracts.loading import SHIPPED_DIR, Contracts, parse_contract
+from service.contracts.loading import Contracts, parse_contract
 from service.contracts.model import Contract
 from service.errors import ContractChangeRefusedError
 from service.lake.delta import ensure_table
@@ -29,16 +29,11 @@ from service.lake.tables import (
     VERSION_PROPERTY,
     contract_tables,
 )
+from tests.support.contracts import DRAFT, shipped
 
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
 REFUSED = "changed in a way its tables cannot follow"
 
 Edit = Callable[[dict[str, Any]], object]
-
-
-def shipped(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SHIPPED_DIR / f"{name}.json").read_text())
-    return document
 
 
 def orders() -> dict[str, Any]:

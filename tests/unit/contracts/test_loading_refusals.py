@@ -6,10 +6,8 @@ from the modules that own them (service.contracts imports neither)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,47 +17,17 @@ from jsonschema import Draft202012Validator
 from service.contracts.loading import (
     REPORT_KEYS,
     SHARED_TABLES,
-    SHIPPED_DIR,
     load_contracts,
     parse_contract,
 )
 from service.errors import ContractError
-
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def shipped(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SHIPPED_DIR / f"{name}.json").read_text())
-    return document
-
-
-def orders() -> dict[str, Any]:
-    """An events contract with default table names."""
-    return {
-        "$schema": DRAFT,
-        "type": "object",
-        "required": ["order_id", "placed_at"],
-        "properties": {
-            "order_id": {"type": "string", "minLength": 1},
-            "placed_at": {"type": "string", "format": "date-time"},
-            "amount": {"type": ["number", "null"], "minimum": 0},
-        },
-        "x-lakehouse": {"name": "orders", "mode": "events", "id": "order_id"},
-    }
-
-
-def changed(document: dict[str, Any], change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
-    copied = copy.deepcopy(document)
-    change(copied)
-    return copied
+from tests.support.contracts import changed, orders, shipped
+from tests.support.contracts import refusal as contract_refusal
 
 
 def refusal(document: dict[str, Any], source: str = "/contracts/c.json") -> str:
     """The one line `parse_contract` refuses ``document`` with, without its file prefix."""
-    with pytest.raises(ContractError) as raised:
-        parse_contract(document, source, Path(source).stem, {})
-    message = str(raised.value)
-    assert 1 == len(message.splitlines()), message
+    message = contract_refusal(document, source)
     assert message.startswith(f"{source}: "), message
     return message.removeprefix(f"{source}: ")
 

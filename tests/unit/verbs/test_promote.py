@@ -22,8 +22,8 @@ from service.lake.schemas import COORDINATES
 from service.lake.tables import PROMOTIONS_TABLE, contract_tables
 from service.verbs import promote as promote_verb
 from service.verbs.promote import promotable, promoted_rows
+from tests.support.contracts import DRAFT
 
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
 T0 = datetime(2026, 11, 1, 12, 0)
 SHIPPED_AT = datetime(2026, 11, 2, 3, 4, 5)
 
