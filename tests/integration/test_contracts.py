@@ -34,6 +34,7 @@ from service.config import Location
 from service.contracts.loading import Contracts, read_contract
 from service.lake.lakeview import LakeReader
 from service.lake.tables import catalogue_of
+from tests.support.kafka import end_offsets, group_offsets
 from tests.support.lake import Lake
 from tests.support.service_process import ServiceProcess
 
@@ -107,6 +108,8 @@ DEVICES: dict[str, Any] = {
     },
 }
 
+# The consumer group the driver commits its checkpoint's offsets to (the default).
+GROUP = "lakehouse-ingest"
 NOW = datetime.now(UTC).replace(microsecond=0)
 VALID_ORDERS = 30
 PRIORITIES = {f"o-{i}": "high" if i % 2 else "low" for i in range(1, 11)}
@@ -288,6 +291,10 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     finally:
         driver.cleanup()
     total_orders = len(orders) + 1
+    # The checkpoint's offsets, committed to the consumer group: Kafka's own tools see no lag.
+    for topic in (orders_topic, devices_topic):
+        ends = end_offsets(lake.bootstrap_servers, topic)
+        assert ends == group_offsets(lake.bootstrap_servers, GROUP, topic, ends), topic
     assert total_orders == metric(
         metrics, "lakehouse_ingest_input_rows_total", query="ingest_orders"
     )
@@ -420,6 +427,10 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     finally:
         driver.cleanup()
     assert [] == driver.events("contract_evolved")
+    # After the restart and its batch, the group holds the new end (o-50's offset + 1).
+    ends = end_offsets(lake.bootstrap_servers, orders_topic)
+    assert total_orders + 1 == sum(ends.values())
+    assert ends == group_offsets(lake.bootstrap_servers, GROUP, orders_topic, ends)
     assert [r.priority for r in rows(spark, lake, "silver/orders") if r.order_id == "o-50"] == [
         "high"
     ]

@@ -36,11 +36,10 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 from devstack import MinioServer, free_port
 
 from service.lake.tables import SHIPPED, contract_tables
+from tests.support.kafka import end_offsets, group_offsets
 from tests.support.lake import Lake
 from tests.support.repo import REPO
 from tests.support.service_process import ServiceProcess
@@ -52,6 +51,8 @@ ALERTS = REPO / "helm" / "lakehouse-ingest" / "files" / "rules" / "alerts.yml"
 ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 # The scrape job of prometheus-test.yml.in (the dashboard's $job, the rules' job).
 JOB = "lakehouse-ingest"
+# The consumer group the driver commits its checkpoint's offsets to (the default).
+GROUP = "lakehouse-ingest"
 # Alerts on series that exist only once their event happened, so a healthy run has none;
 # each has its promtool unit test in ALERT_TESTS instead.
 EVENT_ONLY_ALERTS = {"KafkaOffsetsSkipped": "lakehouse_ingest_kafka_offsets_skipped_total"}
@@ -355,22 +356,15 @@ def _assert_alert_expressions_return_data(prometheus: Prometheus) -> None:
 
 def _assert_the_consumer_group_holds_the_checkpoint(lake: Lake) -> None:
     """Every record is in (no lag): the group's committed offsets are the topics' ends."""
-    admin = AdminClient({"bootstrap.servers": lake.bootstrap_servers})
     for topic in (lake.users_topic, lake.sensors_topic):
-        ends = _end_offsets(lake.bootstrap_servers, topic)
-        request = ConsumerGroupTopicPartitions(
-            "lakehouse-ingest", [TopicPartition(topic, p) for p in ends]
-        )
+        ends = end_offsets(lake.bootstrap_servers, topic)
         _eventually(
-            partial(lambda r, e: _group_offsets(admin, r) == e, request, ends),
+            partial(
+                lambda t, e: group_offsets(lake.bootstrap_servers, GROUP, t, e) == e, topic, ends
+            ),
             30,
             f"{topic}'s group offsets",
         )
-
-
-def _group_offsets(admin: AdminClient, request: ConsumerGroupTopicPartitions) -> dict[int, int]:
-    [future] = admin.list_consumer_group_offsets([request]).values()
-    return {tp.partition: tp.offset for tp in future.result(timeout=30).topic_partitions}
 
 
 def _assert_the_driver_jvm_is_exported(prometheus: Prometheus) -> None:
@@ -434,7 +428,7 @@ def _assert_status_reports_checkpoint_lag_and_tables(lake: Lake) -> None:
     tables = {t["table"]: t for t in status["tables"]}
     for query in (q for q in status["queries"] if q["query"] in QUERIES):
         topic = query["topic"]
-        ends = _end_offsets(lake.bootstrap_servers, topic)
+        ends = end_offsets(lake.bootstrap_servers, topic)
         assert query["last_committed_batch"] is not None
         assert query["last_batch_time"] is not None
         by_partition = {p["partition"]: p for p in query["partitions"]}
@@ -474,18 +468,6 @@ def _assert_status_asks_the_running_driver(lake: Lake, http_port: int, pid: int)
     now = {q["query"]: q for q in driver["queries"]}
     assert QUERIES <= set(now)
     assert all(now[q]["active"] and now[q]["records_waiting"] == 0 for q in QUERIES), now
-
-
-def _end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "status-check"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-            for p in partitions
-        }
-    finally:
-        consumer.close()
 
 
 def _start_feeder(lake: Lake) -> subprocess.Popen[bytes]:

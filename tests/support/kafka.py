@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 # Records by where they were read: (topic, partition, offset).
 Coordinates = set[tuple[str, int, int]]
@@ -66,3 +68,27 @@ def topic_records(bootstrap_servers: str, topic: str) -> list[KafkaRecord]:
 def topic_coordinates(bootstrap_servers: str, topic: str) -> Coordinates:
     """Every (topic, partition, offset) currently in ``topic``."""
     return {(topic, r.partition, r.offset) for r in topic_records(bootstrap_servers, topic)}
+
+
+def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
+    """Each partition of ``topic``'s end offset (its high watermark)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "end-offsets"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+def group_offsets(
+    bootstrap_servers: str, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, int]:
+    """The offsets consumer group ``group`` committed for ``topic``'s ``partitions``, read
+    through the broker's admin API (-1001 where it committed none)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
+    [future] = admin.list_consumer_group_offsets([request]).values()
+    return {tp.partition: tp.offset for tp in future.result(timeout=30).topic_partitions}
