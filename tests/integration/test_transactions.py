@@ -30,7 +30,6 @@ from pyspark.sql import functions as F
 
 from tests.support.kafka import topic_records
 from tests.support.lake import Lake, LakeFactory, assert_bronze_exactly_once, table_coordinates
-from tests.support.repo import REPO
 from tests.support.service_process import ServiceProcess
 from tests.support.users import expected_users, silver_users
 
@@ -147,19 +146,18 @@ def partition_ends(lake: Lake, partition: int) -> tuple[int, int]:
     return ends[0], ends[1]
 
 
+def sensors_status(lake: Lake) -> dict[str, Any]:
+    """``status --json``'s row of the ingest_sensors query."""
+    result = lake.cli("status", "--json")
+    queries = json.loads(result.out)["queries"]
+    query: dict[str, Any] = next(q for q in queries if q["query"] == "ingest_sensors")
+    return query
+
+
 def sensors_partition_status(lake: Lake, partition: int) -> dict[str, Any]:
     """``status --json``'s row of the sensors topic's ``partition``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "service", "status", "--json"],
-        cwd=REPO,
-        env=lake.env(INGEST_LOG_LEVEL="WARNING"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    query = next(q for q in json.loads(result.stdout)["queries"] if q["query"] == "ingest_sensors")
-    row: dict[str, Any] = next(p for p in query["partitions"] if p["partition"] == partition)
+    partitions = sensors_status(lake)["partitions"]
+    row: dict[str, Any] = next(p for p in partitions if p["partition"] == partition)
     return row
 
 
@@ -226,10 +224,12 @@ def test_only_committed_records_land_and_reconcile_knows_markers_aborts_and_comp
         second.wait_for_log('"event": "running"', 180)
 
         def caught_up_to_stable() -> bool:
-            row = sensors_partition_status(lake, 0)
-            return bool(row["lag"] == 0 and row["latest"] == partition_ends(lake, 0)[0])
+            query = sensors_status(lake)
+            [row] = [p for p in query["partitions"] if p["partition"] == 0]
+            return bool(query["lag"] == 0 and row["latest"] == partition_ends(lake, 0)[0])
 
-        wait_until(caught_up_to_stable, 120, "the driver read everything committed")
+        # Every partition: the lag gauge below sums them.
+        wait_until(caught_up_to_stable, 180, "the driver read everything committed")
         opener = subprocess.Popen(
             [sys.executable, "-c", OPEN_TRANSACTION, lake.bootstrap_servers, lake.sensors_topic,
              str(OPEN_TRANSACTION_TIMEOUT_MS), _iso(datetime.now(UTC))],
@@ -251,8 +251,14 @@ def test_only_committed_records_land_and_reconcile_knows_markers_aborts_and_comp
         assert 15 == high - stable  # the 10 open records, then our 5
         row = sensors_partition_status(lake, 0)
         assert (stable, 0) == (row["latest"], row["lag"]), "lag counts only what can be read"
-        time.sleep(4)  # two lag polls
-        assert 0 == lag_gauge(second)
+
+        def gauge_settled_while_open() -> bool:
+            stable, high = partition_ends(lake, 0)
+            assert 15 == high - stable, "the broker aborted the transaction before the check"
+            return lag_gauge(second) == 0
+
+        # The polled gauge (every 2 s) counts only what can be read, too.
+        wait_until(gauge_settled_while_open, 10, "the lag gauge at 0 with the transaction open")
 
         def drained_after_abort() -> bool:
             row = sensors_partition_status(lake, 0)
