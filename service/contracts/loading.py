@@ -52,9 +52,20 @@ _EXTENSION_KEYS = {
     "stats_columns",
 }  # fmt: skip
 _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
-# Extension keys only the events mode reads (its silver table's derived columns and
-# partition); an entities contract that sets one is refused rather than ignored.
-_EVENTS_ONLY_KEYS = ("partition_by", "derived")
+# Extension keys only one mode reads, and why: a contract of the other mode that sets one
+# is refused rather than ignored.
+_MODE_ONLY_KEYS = {
+    "events": {
+        "id": "an entities contract has no event id (its key names the entity)",
+        "dedup_horizon_seconds": "an entities contract keeps the newest change per key,"
+        " it drops no duplicates by id",
+        "partition_by": "an entities contract's silver table has no partition",
+        "derived": "an entities contract's silver table has no derived columns",
+    },
+    "entities": {
+        "order_by": "an events contract appends every record, it orders no changes",
+    },
+}
 # INGEST_ALERTS_TOPIC is gold's alerts topic, not a contract's.
 _RESERVED_NAMES = ("alerts",)
 # The top-level keys of `reconcile --json` besides the contracts' (it reports each
@@ -165,12 +176,10 @@ def parse_contract(
         raise _bad(source, "/x-lakehouse/name", f"{name!r} is reserved: `reconcile --json`"
                    " reports each contract under its name beside its own keys"
                    f" ({', '.join(REPORT_KEYS)})")  # fmt: skip
-    if extension.get("mode") == "entities":
-        for key in _EVENTS_ONLY_KEYS:
-            if key in extension:
-                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for events contracts:"
-                           " an entities contract's silver table has neither derived columns"
-                           " nor a partition")  # fmt: skip
+    for mode, keys in _MODE_ONLY_KEYS.items():
+        for key, why in keys.items():
+            if key in extension and extension.get("mode") in set(_MODE_ONLY_KEYS) - {mode}:
+                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {mode} contracts: {why}")
     prefixes = dict(extension.get("flatten", {}))
     fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
     paths = {f.path: f for f in fields}

@@ -90,23 +90,35 @@ def test_a_branch_requires_top_level_properties_only() -> None:
     )
 
 
-# --- events-only keys in an entities contract -----------------------------------------------
+# --- one mode's keys in a contract of the other ---------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("key", "value"),
+    ("key", "value", "why"),
     [
-        ("partition_by", {"column": "updated_date", "day_of": "updated_at"}),
-        ("derived", [{"column": "initials", "type": "string", "sql": "left(first_name, 1)"}]),
-        ("derived", []),
+        ("partition_by", {"column": "updated_date", "day_of": "updated_at"},
+         "an entities contract's silver table has no partition"),
+        ("derived", [{"column": "initials", "type": "string", "sql": "left(first_name, 1)"}],
+         "an entities contract's silver table has no derived columns"),
+        ("derived", [], "an entities contract's silver table has no derived columns"),
+        ("id", "email", "an entities contract has no event id (its key names the entity)"),
+        ("dedup_horizon_seconds", 60,
+         "an entities contract keeps the newest change per key, it drops no duplicates by id"),
     ],
-    ids=["partition_by", "derived", "derived-empty"],
-)
-def test_partition_by_and_derived_are_refused_in_an_entities_contract(key: str, value: Any) -> None:
+    ids=["partition_by", "derived", "derived-empty", "id", "dedup_horizon_seconds"],
+)  # fmt: skip
+def test_events_keys_are_refused_in_an_entities_contract(key: str, value: Any, why: str) -> None:
     document = changed(shipped("users"), lambda d: d["x-lakehouse"].update({key: value}))
+    assert f"/x-lakehouse/{key}: {key} is for events contracts: {why}" == refusal(document)
+
+
+def test_order_by_is_refused_in_an_events_contract() -> None:
+    document = changed(
+        shipped("sensors"), lambda d: d["x-lakehouse"].update({"order_by": "event_time"})
+    )
     assert (
-        f"/x-lakehouse/{key}: {key} is for events contracts: an entities contract's silver"
-        " table has neither derived columns nor a partition"
+        "/x-lakehouse/order_by: order_by is for entities contracts: an events contract"
+        " appends every record, it orders no changes"
     ) == refusal(document)
 
 
