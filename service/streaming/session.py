@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,10 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import structlog
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf, SparkContext, java_gateway
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
@@ -292,13 +293,24 @@ def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
     library's own println, such as VACUUM's "Deleted N files", or a thread dump on SIGQUIT)
     becomes one JSON log line per line of text (``as_json``), so the service's output stays
     JSON lines. At exit, the relay drains what the stopping JVM still wrote.
+
+    The JVM ignores SIGTERM as PySpark makes it ignore SIGINT: a SIGTERM sent to the whole
+    process group (``timeout``, ``kill -- -PGID``, systemd) is the driver's to act on, which
+    stops the queries after their batches in flight and then the JVM; the JVM's own
+    shutdown hook would stop Spark under them. The JVM still exits when this process does
+    (PySpark's gateway ends at the end of its stdin).
     """
     if SparkContext._gateway is not None:
         return
     spark_conf = SparkConf(loadDefaults=False)
     for key, value in conf.items():
         spark_conf.set(key, value)
-    gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    popen = java_gateway.Popen  # type: ignore[attr-defined]
+    setattr(java_gateway, "Popen", _popen_ignoring_sigterm)  # noqa: B010 (a module's name)
+    try:
+        gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    finally:
+        setattr(java_gateway, "Popen", popen)  # noqa: B010
     SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
     relay = threading.Thread(
         target=_relay_lines,
@@ -308,6 +320,20 @@ def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
     )
     relay.start()
     atexit.register(relay.join, _RELAY_DRAIN_SECONDS)
+
+
+def _popen_ignoring_sigterm(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen` for `launch_gateway`: its child runs PySpark's ``preexec_fn`` (which
+    ignores SIGINT), then ignores SIGTERM too; the JVM keeps a signal ignored at its start."""
+    inner = kwargs.pop("preexec_fn", None)
+
+    def preexec() -> None:
+        if inner is not None:
+            inner()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    child: subprocess.Popen[bytes] = subprocess.Popen(command, preexec_fn=preexec, **kwargs)
+    return child
 
 
 def _relay_lines(stream: IO[bytes], fd: int, as_json: bool) -> None:

@@ -75,6 +75,13 @@ class ServiceProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
 
+    def terminate_group(self) -> None:
+        """Send SIGTERM to the whole process group, as ``timeout``, ``kill -- -PGID`` and
+        systemd's control-group stop do (Kubernetes, through tini, sends it to the driver
+        alone)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+
     def interrupt_group(self) -> None:
         """Send SIGINT to the whole process group, as Ctrl-C in a terminal does."""
         assert self.proc is not None
