@@ -204,7 +204,11 @@ def test_only_committed_records_land_and_reconcile_knows_markers_aborts_and_comp
     summaries = [json.loads(g.communicate(timeout=300)[0].splitlines()[-1]) for g in generators]
     assert summaries[0]["by_category"]["sensors.aborted"] >= 450, summaries[0]
 
-    env = {"INGEST_RECONCILE_INTERVAL_SECONDS": "3", "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "800"}
+    env = {
+        "INGEST_RECONCILE_INTERVAL_SECONDS": "3",
+        "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "800",
+        "INGEST_LAG_POLL_SECONDS": "2",  # the lag gauge below, fresh within seconds
+    }
     first = lake.service("driver-1", **env).start()
     drivers = [first]
     live = lake.producing(
