@@ -4,7 +4,7 @@ The second lane holds the tests that spend most of their time waiting out a wall
 fault (MinIO down for 30 s and 3 min; a transaction left open until the broker aborts
 it), and beside them the longest stories of one driver at a time (the contracts', the
 kill -9 at every commit phase, gold's windows and restarts), so that the two lanes end
-about together (docs/testing.md has the measured times). The main lane runs every other
+about together (docs/performance.md has the measured times). The main lane runs every other
 test one after another in collection order.
 """
 
