@@ -391,7 +391,8 @@ _ABSENT = object()
 @dataclass(frozen=True)
 class _Pattern:
     """A ``pattern`` as ECMA-262 reads it: ``$`` (outside a character class) is the end of the
-    text, Python's ``\\Z`` (jsonschema runs it with Python's ``$``)."""
+    text, Python's ``\\Z`` (jsonschema runs it with Python's ``$``). Written apart from the
+    product's `java_pattern` on purpose: the reference must not share the code it judges."""
 
     ecma: re.Pattern[str]
 
@@ -1373,6 +1374,18 @@ def bronze_of(spark: SparkSession, contract: Contract, records: Sequence[Record]
     return to_records(kafka).withColumn("ingested_at", F.lit(ARRIVAL))
 
 
+def parsed_records(spark: SparkSession, contract: Contract, records: Sequence[Record]) -> DataFrame:
+    """``records`` validated by the product as the driver validates a batch, with the
+    test's payload limit, future skew and a fixed today."""
+    return parse_records(
+        contract,
+        bronze_of(spark, contract, records),
+        MAX_PAYLOAD_BYTES,
+        MAX_FUTURE_SECONDS,
+        F.lit(TODAY),
+    )
+
+
 def product_outcomes(
     spark: SparkSession, contract: Contract, records: Sequence[Record]
 ) -> list[Outcome]:
@@ -1380,13 +1393,7 @@ def product_outcomes(
     (the driver's `split_valid_invalid` splits on it), else quarantine with its code and
     detail. (One pass: routing the rows on through the silver and quarantine projections
     cost a third more of the JVM's time and checks nothing about the verdict.)"""
-    parsed = parse_records(
-        contract,
-        bronze_of(spark, contract, records),
-        MAX_PAYLOAD_BYTES,
-        MAX_FUTURE_SECONDS,
-        F.lit(TODAY),
-    )
+    parsed = parsed_records(spark, contract, records)
     table = parsed.select(
         "kafka_offset", "error_code", "error_detail", F.col("record._rescued").alias("rescued")
     ).toArrow()
@@ -1557,13 +1564,9 @@ def test_documented_timestamp_forms_outside_rfc_3339_are_accepted_by_the_product
         for pair in written
         for text in pair
     ]
-    parsed = parse_records(
-        contract,
-        bronze_of(spark, contract, records),
-        MAX_PAYLOAD_BYTES,
-        MAX_FUTURE_SECONDS,
-        F.lit(TODAY),
-    ).select("value_text", "error_code", F.unix_micros(f"record.{field}").alias("micros"))
+    parsed = parsed_records(spark, contract, records).select(
+        "value_text", "error_code", F.unix_micros(f"record.{field}").alias("micros")
+    )
     product = {
         json.loads(r["value_text"])[field]: (r["error_code"], r["micros"]) for r in parsed.collect()
     }
