@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -27,8 +28,9 @@ from service.logs import generated_file, jvm_log_config
 log = structlog.get_logger(__name__)
 
 _STDOUT, _STDERR = 1, 2
-# How long the exit waits for the JVM's last lines (it has stopped by then).
-_RELAY_DRAIN_SECONDS = 5.0
+# How long the exit waits for the JVM to end and for its last lines; past it, PySpark's own
+# exit handler kills the JVM.
+_JVM_EXIT_SECONDS = 5.0
 
 # Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
 # missing `make jars` fails with a hint instead of a ClassNotFoundException later.
@@ -292,7 +294,8 @@ def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
     Log4j writes JSON lines, which pass as they are; anything else the JVM prints (a
     library's own println, such as VACUUM's "Deleted N files", or a thread dump on SIGQUIT)
     becomes one JSON log line per line of text (``as_json``), so the service's output stays
-    JSON lines. At exit, the relay drains what the stopping JVM still wrote.
+    JSON lines. At exit, this process ends the JVM's stdin, waits for the JVM to end and
+    the relay to drain what it still wrote (`_end_jvm`).
 
     The JVM ignores SIGTERM as PySpark makes it ignore SIGINT: a SIGTERM sent to the whole
     process group (``timeout``, ``kill -- -PGID``, systemd) is the driver's to act on, which
@@ -319,7 +322,22 @@ def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
         daemon=True,
     )
     relay.start()
-    atexit.register(relay.join, _RELAY_DRAIN_SECONDS)
+    atexit.register(_end_jvm, gateway.proc, relay)
+
+
+def _end_jvm(proc: subprocess.Popen[bytes], relay: threading.Thread) -> None:
+    """At exit: close the JVM's stdin (PySpark's gateway server exits at its end, running the
+    JVM's shutdown hooks), then wait for the JVM and the relay, each at most
+    `_JVM_EXIT_SECONDS`. Registered after PySpark's handler, so it runs before that one
+    kills whatever is still alive."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):  # the JVM is gone already (a broken pipe)
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=_JVM_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return
+    relay.join(_JVM_EXIT_SECONDS)
 
 
 def _popen_ignoring_sigterm(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
