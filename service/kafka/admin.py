@@ -21,6 +21,11 @@ from service.errors import (
 log = structlog.get_logger(__name__)
 
 
+# The access check asks for the brokers' metadata in steps this long, so that a refusal
+# ends it at once while an unreachable broker is waited for the whole timeout.
+_ACCESS_STEP_SECONDS = 1.0
+
+
 def check_kafka_access(settings: Settings, timeout: float | None = None) -> None:
     """Raise `KafkaAccessRefusedError` when the brokers reject the SASL credentials or their
     certificate is not trusted, `KafkaUnreachableError` when none answers within
@@ -48,13 +53,19 @@ def check_kafka_access(settings: Settings, timeout: float | None = None) -> None
             "INGEST_KAFKA_SSL_CA_LOCATION and INGEST_KAFKA_SSL_KEYSTORE_LOCATION."
         ) from None
     started = time.monotonic()
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException:
-        admin.poll(1)  # serves the error callbacks
-    else:
-        _check_topics(settings, set(metadata.topics))
-        return
+    deadline = started + timeout
+    while True:
+        step = min(deadline - time.monotonic(), _ACCESS_STEP_SECONDS)
+        try:
+            metadata = admin.list_topics(timeout=max(step, 0.1))
+        except KafkaException:
+            admin.poll(0.2)  # serves the error callbacks
+            # A refusal is final: say it now rather than after the whole timeout.
+            if any(_refusal(e) for e in errors) or time.monotonic() >= deadline:
+                break
+        else:
+            _check_topics(settings, set(metadata.topics))
+            return
     waited = time.monotonic() - started
     refused = [e for e in errors if _refusal(e)]
     if not refused:

@@ -167,6 +167,8 @@ def test_a_refused_connection_is_one_clear_error_line_and_exit_2(
     else:
         del settings["INGEST_KAFKA_SSL_KEYSTORE_LOCATION"]
         expected = "alert bad certificate"
+    # A refusal ends the access check's wait at once: the broker is never waited for 300 s.
+    settings["INGEST_KAFKA_CONNECT_TIMEOUT_SECONDS"] = "300"
     driver = lake.service("refused", "run", **settings).start()
     try:
         assert 2 == driver.wait(timeout=120), driver.log_text()[-4000:]
