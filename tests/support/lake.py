@@ -159,21 +159,23 @@ class Lake:
 
     def generate(self, *args: str, **env: str) -> str:
         """Run the generator to completion and return its summary line."""
-        result = subprocess.run(
-            [sys.executable, "-m", "service", "generate", *args],
-            cwd=REPO,
-            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr + result.stdout
-        return result.stdout.strip().splitlines()[-1]
+        result = self._run(("generate", *args), env, timeout=600)
+        assert result.code == 0, result.err + result.out
+        return result.out.strip().splitlines()[-1]
 
     def cli(self, *args: str, **env: str) -> Run:
         """``python -m service ARGS`` on this lake as an operator runs it (``env`` overrides
         its settings; logs at WARNING), to completion."""
+        return self._run(args, env, timeout=240)
+
+    def reconcile(self) -> tuple[int, dict[str, Any]]:
+        """Run the ``reconcile --json`` verb on this lake: its exit code and its report."""
+        result = self._run(("reconcile", "--json"), {}, timeout=120)
+        assert result.out, result.err[-3000:]
+        return result.code, json.loads(result.out)
+
+    def _run(self, args: tuple[str, ...], env: Mapping[str, str], timeout: float) -> Run:
+        """``python -m service ARGS`` on this lake at WARNING, to completion."""
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "service", *args],
@@ -181,24 +183,10 @@ class Lake:
             env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING", **env)},
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=timeout,
             check=False,
         )
         return Run(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
-
-    def reconcile(self) -> tuple[int, dict[str, Any]]:
-        """Run the ``reconcile --json`` verb on this lake: its exit code and its report."""
-        result = subprocess.run(
-            [sys.executable, "-m", "service", "reconcile", "--json"],
-            cwd=REPO,
-            env={**os.environ, **self.env(INGEST_LOG_LEVEL="WARNING")},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert result.stdout, result.stderr[-3000:]
-        return result.returncode, json.loads(result.stdout)
 
     def table(self, name: str) -> str:
         """URI of table ``name`` in this lake."""
