@@ -99,7 +99,7 @@ test: setup
 	$(VENV)/bin/ruff format --check service tests deploy/local deploy/bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 2 tests --ignore=tests/image
+	$(VENV)/bin/pytest -n 3 tests --ignore=tests/image
 
 test-unit: setup
 	$(VENV)/bin/pytest tests/unit

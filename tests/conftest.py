@@ -1,5 +1,5 @@
 """Suite-wide set-up: pin the process time zone, so timestamps collected from Spark are
-UTC; run the suite in two lanes under ``pytest -n 2`` (`make test`); and the fixtures every
+UTC; run the suite in three lanes under ``pytest -n 3`` (`make test`); and the fixtures every
 suite shares, each started only when a test asks for it: the one SparkSession, the real
 servers on loopback (a Kafka broker and MinIO, once per session) and fresh lakes on them.
 """
@@ -25,8 +25,8 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 
-class _TwoLanes(LoadScopeScheduling):  # type: ignore[misc]
-    """xdist's scope scheduling with two scopes, so each worker takes one lane.
+class _Lanes(LoadScopeScheduling):  # type: ignore[misc]
+    """xdist's scope scheduling with one scope per lane, so each worker takes one lane.
 
     Not ``--dist loadgroup`` with ``xdist_group`` marks: xdist 3.8.0 groups by renaming
     the nodes through ``Item._nodeid``, which pytest 9.2 no longer reads (tried: it
@@ -37,9 +37,9 @@ class _TwoLanes(LoadScopeScheduling):  # type: ignore[misc]
         return lane_of(nodeid)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> _TwoLanes:
-    """The scheduler of ``pytest -n 2``: the two lanes of `tests.support.lanes`."""
-    return _TwoLanes(config, log)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> _Lanes:
+    """The scheduler of ``pytest -n 3``: the lanes of `tests.support.lanes`."""
+    return _Lanes(config, log)
 
 
 @pytest.fixture(scope="session")
