@@ -3,11 +3,12 @@
 Two cores run three lanes because one of them mostly waits. The faults lane holds the
 tests that spend most of their time waiting out a wall-clock fault (MinIO down for 30 s
 and 3 min, a broker stopped and killed, a transaction left open until the broker aborts
-it), so it uses little CPU beside the other two. The second lane holds the longest
-stories of one driver at a time (the contracts', the kill -9 at every commit phase,
-gold's windows and restarts, the lost offsets' refusal, the standalone cluster); the
-main lane runs every other test one after another in collection order. The main and
-second lanes end about together (docs/performance.md has the measured times).
+it, a full local disk, the dev servers killed and restarted), so it uses little CPU
+beside the other two. The second lane holds the longest stories of one driver at a time
+(the contracts', the kill -9 at every commit phase, gold's windows and restarts, the lost
+offsets' refusal, the standalone cluster); the main lane runs every other test one after
+another in collection order. The three end within about three minutes of each other
+(docs/performance.md has the measured times).
 """
 
 LANES = {
@@ -16,6 +17,8 @@ LANES = {
         "tests/integration/test_transactions.py",
         "tests/integration/test_broker_restart.py",
         "tests/integration/test_observability.py",
+        "tests/integration/test_local_dir_full.py",
+        "tests/integration/test_devstack.py",
     ),
     "second": (
         "tests/integration/test_contracts.py",
