@@ -322,14 +322,21 @@ def _launch_jvm(conf: dict[str, str], relay_to: int, as_json: bool) -> None:
         daemon=True,
     )
     relay.start()
-    atexit.register(_end_jvm, gateway.proc, relay)
+    atexit.register(_end_jvm, gateway, relay)
 
 
-def _end_jvm(proc: subprocess.Popen[bytes], relay: threading.Thread) -> None:
-    """At exit: close the JVM's stdin (PySpark's gateway server exits at its end, running the
-    JVM's shutdown hooks), then wait for the JVM and the relay, each at most
-    `_JVM_EXIT_SECONDS`. Registered after PySpark's handler, so it runs before that one
-    kills whatever is still alive."""
+def _end_jvm(gateway: Any, relay: threading.Thread) -> None:
+    """At exit: shut Py4J's side of the gateway down, close the JVM's stdin (PySpark's
+    gateway server exits at its end, running the JVM's shutdown hooks), then wait for the
+    JVM and the relay, each at most `_JVM_EXIT_SECONDS`. Registered after PySpark's
+    handler, so it runs before that one kills whatever is still alive.
+
+    Shutting Py4J down first matters: its finalizer thread keeps telling the JVM which
+    objects Python dropped, and one such call meeting the exiting JVM would log an error
+    ("Exception while sending command.") after a clean stop.
+    """
+    gateway.shutdown()  # logs (at INFO) rather than raises when the JVM is gone already
+    proc: subprocess.Popen[bytes] = gateway.proc
     if proc.stdin is not None:
         with contextlib.suppress(OSError):  # the JVM is gone already (a broken pipe)
             proc.stdin.close()
