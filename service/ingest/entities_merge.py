@@ -21,6 +21,7 @@ from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+_FAIL_CACHED_SOURCE = "spark.databricks.delta.merge.failSourceCachedAfterMaterialization"
 _LINEAGE = (*(c.name for c in LINEAGE), INGESTED_AT.name)
 _BEGINNING = "TIMESTAMP'0001-01-01 00:00:00'"
 
@@ -90,7 +91,9 @@ def merge_entities_once(
     Delta would first copy a source that is not a Delta scan, so that its two passes
     (find the touched files, rewrite them) see the same rows. Ours is a deterministic
     aggregate of the batch's cached rows, read again from the same Kafka offsets if a
-    cached block is lost: the copy (one more job per batch) is skipped.
+    cached block is lost: the copy (one more job per batch) is skipped. Delta 4.4 refuses
+    a cached source it did not copy, for a cache of a Delta table that a concurrent write
+    may change under it; ours caches Kafka records, so that check is off for the MERGE.
     """
     on, changed, update, insert = clauses
     session = latest_changes.sparkSession
@@ -98,6 +101,7 @@ def merge_entities_once(
     session.conf.set(_TXN_APP_ID, txn_app_id)
     session.conf.set(_TXN_VERSION, str(txn_version))
     session.conf.set(_MATERIALIZE_SOURCE, "none")
+    session.conf.set(_FAIL_CACHED_SOURCE, "false")
     try:
         merge = (
             target.alias("t")
@@ -111,3 +115,4 @@ def merge_entities_once(
         session.conf.unset(_TXN_APP_ID)
         session.conf.unset(_TXN_VERSION)
         session.conf.unset(_MATERIALIZE_SOURCE)
+        session.conf.unset(_FAIL_CACHED_SOURCE)

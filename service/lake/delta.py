@@ -80,9 +80,10 @@ def append_once(
     record = delta.actions.SetTransaction(
         txn_app_id, txn_version, jvm.scala.Some(jvm.java.lang.Long(int(time.time() * 1000)))
     )
-    none = jvm.scala.Option.empty()
+    # Delta 4.4's Write: the save mode, then eight optional fields a plain append leaves unset.
+    unset = [jvm.scala.Option.empty()] * 8
     write = getattr(delta, "DeltaOperations$Write")(
-        jvm.org.apache.spark.sql.SaveMode.Append, none, none, none
+        jvm.org.apache.spark.sql.SaveMode.Append, *unset
     )
     with committing or nullcontext():
         version = int(txn.commit(files.appended(record), write))
