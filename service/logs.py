@@ -204,7 +204,8 @@ def jvm_log_config(
             "appender.out.follow = true",
             *layout,
             # Known noise: harmless warnings every streaming query start prints.
-            "logger.resolve.name = org.apache.spark.sql.execution.streaming.ResolveWriteToStream",
+            "logger.resolve.name = org.apache.spark.sql.execution.streaming.runtime"
+            ".ResolveWriteToStream",
             "logger.resolve.level = error",
             "logger.nativeio.name = org.apache.hadoop.util.NativeCodeLoader",
             "logger.nativeio.level = error",

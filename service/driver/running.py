@@ -149,10 +149,10 @@ def _between_triggers(query: RunningQuery) -> bool:
 
 
 def _end_after_current_trigger(handle: StreamingQuery) -> None:
-    """Mark the query terminated (Spark 4.0 internals) so that it starts no new trigger."""
+    """Mark the query terminated (Spark 4.2 internals) so that it starts no new trigger."""
     jvm: Any = SparkSession.active().sparkContext._jvm
     terminated = getattr(
-        getattr(jvm.org.apache.spark.sql.execution.streaming, "TERMINATED$"), "MODULE$"
+        getattr(jvm.org.apache.spark.sql.execution.streaming.runtime, "TERMINATED$"), "MODULE$"
     )
     handle._jsq.streamingQuery().state().set(terminated)
 
