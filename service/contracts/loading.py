@@ -224,8 +224,9 @@ def parse_contract(
     try:
         Draft202012Validator.check_schema(document)
     except SchemaError as e:
+        where = _pointer("", e.absolute_path)
         raise ContractError(
-            f"{source}: not a valid JSON Schema at {_pointer('', e.absolute_path)}: {e.message}"
+            _one_line(f"{source}: not a valid JSON Schema at {where}: {e.message}")
         ) from None
     _check_root(source, document)
     extension: Mapping[str, Any] = document.get("x-lakehouse", {})
@@ -238,10 +239,11 @@ def parse_contract(
         raise _bad(source, "/x-lakehouse/name", f"{name!r} is reserved: `reconcile --json`"
                    " reports each contract under its name beside its own keys"
                    f" ({', '.join(REPORT_KEYS)})")  # fmt: skip
-    for mode, keys in _MODE_ONLY_KEYS.items():
+    mode = _mode(source, extension)
+    for only, keys in _MODE_ONLY_KEYS.items():
         for key, why in keys.items():
-            if key in extension and extension.get("mode") in set(_MODE_ONLY_KEYS) - {mode}:
-                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {mode} contracts: {why}")
+            if key in extension and mode != only:
+                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {only} contracts: {why}")
     prefixes = dict(extension.get("flatten", {}))
     fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
     paths = {f.path: f for f in fields}
@@ -252,7 +254,7 @@ def parse_contract(
         source=source,
         document=document,
         topic=topics.get(name, str(extension.get("topic", name))),
-        mode=_mode(source, extension),
+        mode=mode,
         fields=fields,
         conditionals=conditionals,
         tables=_tables(source, name, extension),
@@ -278,14 +280,21 @@ def parse_contract(
 
 def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:
     reason = f": {why}" if why else ""
-    return ContractError(
-        f"{source}: {pointer}: keyword {keyword!r} is not supported by the engine{reason}"
-        " (docs/contracts.md lists the keywords it compiles)"
+    return _bad(
+        source,
+        pointer,
+        f"keyword {keyword!r} is not supported by the engine{reason}"
+        " (docs/contracts.md lists the keywords it compiles)",
     )
 
 
 def _bad(source: str, pointer: str, why: str) -> ContractError:
-    return ContractError(f"{source}: {pointer}: {why}")
+    return ContractError(_one_line(f"{source}: {pointer}: {why}"))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its unprintable characters escaped (a name may hold a line break)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _pointer(base: str, path: Iterable[Any]) -> str:
@@ -323,6 +332,8 @@ def _check_root(source: str, document: Mapping[str, Any]) -> None:
         for name, condition in rule["if"].get("properties", {}).items():
             where = f"{at}/if/properties/{name}"
             _check_keywords(source, condition, where, {"const", "enum"})
+            if not {"const", "enum"} & set(condition):
+                raise _bad(source, where, "an if names the values it holds for: const or enum")
             _check_scalar_values(source, condition, where)
         for branch in ("then", "else"):
             if branch in rule:
@@ -558,14 +569,14 @@ def _tables(source: str, name: str, extension: Mapping[str, Any]) -> Tables:
     unknown = set(given) - {"bronze", "silver", "duplicates"}
     if unknown:
         raise _bad(source, "/x-lakehouse/tables", f"unknown table kinds {sorted(unknown)}")
-    if "duplicates" in given and extension.get("mode") == "entities":
+    if "duplicates" in given and extension["mode"] == "entities":
         raise _bad(source, "/x-lakehouse/tables/duplicates", "an entities contract has no"
                    " duplicates table: it keeps the newest change per key")  # fmt: skip
     duplicates = given.get("duplicates", f"silver/{name}_duplicates")
     tables = Tables(
         bronze=given.get("bronze", f"bronze/{name}"),
         silver=given.get("silver", f"silver/{name}"),
-        duplicates=duplicates if extension.get("mode") == "events" else None,
+        duplicates=duplicates if extension["mode"] == "events" else None,
     )
     named = [("bronze", "bronze", tables.bronze), ("silver", "silver", tables.silver)]
     if tables.duplicates is not None:

@@ -292,6 +292,14 @@ EVENTS_LAKE = "_rescued, kafka_topic, kafka_partition, kafka_offset, kafka_times
          "/x-lakehouse/derived/0: 'round(amount)' is not of type 'object'"),
         (orders_with(lambda d: d.update({"x-lakehouse": ["events"]})),
          "/x-lakehouse: the extension block is a JSON object"),
+        (sensors_with(lambda d: d["allOf"][0]["if"]["properties"].update(sensor_type={})),
+         "/allOf/0/if/properties/sensor_type: an if names the values it holds for: const or"
+         " enum"),
+        (orders(mode=["events"]),
+         '/x-lakehouse/mode: "events" (append) or "entities" (upsert by key)'),
+        (users_with(lambda d: d["properties"]["country"].update({"\n": 1})),
+         "/properties/country/\\n: keyword '\\n' is not supported by the engine"
+         " (docs/contracts.md lists the keywords it compiles)"),
         # Wrong value types and ranges.
         (orders(max_future_seconds="60"),
          "/x-lakehouse/max_future_seconds: '60' is not of type 'integer'"),
