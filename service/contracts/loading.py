@@ -308,11 +308,15 @@ def _integer(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _check_keywords(source: str, schema: Any, pointer: str, allowed: set[str]) -> None:
+def _check_schema_object(source: str, schema: Any, pointer: str) -> None:
     if not isinstance(schema, dict):
         # A boolean schema (true: anything, false: nothing) declares no type to compile.
         raise _bad(source, pointer or "/", "a boolean schema is not supported by the engine:"
                    " write an object with the keywords docs/contracts.md lists")  # fmt: skip
+
+
+def _check_keywords(source: str, schema: Any, pointer: str, allowed: set[str]) -> None:
+    _check_schema_object(source, schema, pointer)
     for keyword in schema:
         if keyword not in allowed and keyword not in _ANNOTATIONS:
             raise _unsupported(source, f"{pointer}/{keyword}", keyword)
@@ -358,7 +362,7 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
             )  # fmt: skip
     for name, prop in declared.items():
         at = _pointer(f"{pointer}/properties", [name])
-        _check_keywords(source, prop, at, _VALUE_KEYWORDS | _OBJECT_KEYWORDS)
+        _check_schema_object(source, prop, at)
         types = prop.get("type")
         if types is None:
             raise _bad(source, at, "every property declares its type")
@@ -495,7 +499,7 @@ def _check_branch(
         if name not in base:
             raise _bad(source, f"{pointer}/properties",
                        f"{name!r} is not a top-level property of the contract")  # fmt: skip
-        _check_keywords(source, prop, at, _VALUE_KEYWORDS)
+        _check_schema_object(source, prop, at)
         types = prop["type"]
         kinds = [types] if isinstance(types, str) else list(types)
         if "object" in kinds or "object" in base[name].get("type", ()):
