@@ -1,13 +1,16 @@
 """The contracts the docs write out: README's `orders` is docs/contracts.md's worked
-example's, byte for byte, and each of them loads."""
+example's, byte for byte, and each of them loads; the reserved column names listed are
+those the lake adds."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from service.contracts.loading import read_contract
+from service.contracts.loading import SHIPPED_DIR, read_contract
+from service.contracts.silver import duplicates_schema, lake_columns
 from tests.support.repo import REPO
 
 
@@ -39,3 +42,17 @@ def test_the_worked_examples_contracts_load(name: str, tmp_path: Path) -> None:
     contract = read_contract(path)
 
     assert (name, name) == (contract.name, contract.topic)
+
+
+def test_the_documented_reserved_column_names_are_those_the_lake_adds() -> None:
+    text = (REPO / "docs" / "contracts.md").read_text()
+    start = text.index("- **Reserved column names.**")
+    bullet = text[start : text.index("Two of a contract's columns", start)]
+    named = set(re.findall(r"`([a-z_]+)`", bullet))
+    lake = {c.name for c in lake_columns("entities")}
+    duplicates = {c.name for c in duplicates_schema(read_contract(SHIPPED_DIR / "sensors.json"))}
+    reserved = lake | (duplicates - {"event_id"})
+
+    # Every reserved name is listed; besides them, the bullet names only the keys they bind.
+    assert set() == reserved - named
+    assert {"derived", "entities", "events", "id", "partition_by"} == named - reserved
