@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from pyspark.sql import SparkSession
 
 from service.contracts.loading import (
     REPORT_KEYS,
@@ -21,8 +22,11 @@ from service.contracts.loading import (
     parse_contract,
 )
 from service.errors import ContractError
+from service.ingest.modes import parse_records
 from tests.support.contracts import Edit, changed, orders, shipped
 from tests.support.contracts import refusal as contract_refusal
+from tests.support.payloads import reading
+from tests.support.records import bronze_frame
 
 
 def refusal(document: dict[str, Any], source: str = "/contracts/c.json") -> str:
@@ -476,6 +480,25 @@ def test_a_then_property_without_a_type_narrows_its_base_propertys_type() -> Non
     assert then is not None
     assert {"type": ["number", "null"], "maximum": 1000} == then.properties["value"]
     assert {"maximum": 1000} == document["allOf"][0]["then"]["properties"]["value"]
+
+
+def test_a_then_property_without_a_type_is_checked_as_its_base_type(spark: SparkSession) -> None:
+    document = sensors_with(
+        lambda d: d["allOf"][0]["then"]["properties"].update(value={"maximum": 200})
+    )
+    contract = parse_contract(document, "sensors.json", "sensors", {})
+    records = [
+        (name, json.dumps(reading(sensor_type="heart_rate", value=value)))
+        for name, value in (("fast", 210), ("calm", 60), ("text", "60"))
+    ]
+
+    rows = parse_records(contract, bronze_frame(spark, records, "sensors"), 4096, None).collect()
+
+    assert {
+        "fast": ("out_of_range", "value: 210.0 is above 200 for heart_rate readings"),
+        "calm": (None, None),
+        "text": ("type_mismatch", "value: expected a JSON number, got string"),
+    } == {r["key_text"]: (r["error_code"], r["error_detail"]) for r in rows}
 
 
 def test_a_then_property_without_a_type_takes_the_base_format_too() -> None:
