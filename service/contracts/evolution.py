@@ -11,7 +11,9 @@ with what the contract now declares:
 - refused (`ContractChangeRefusedError`, exit 3): a field removed or renamed (silver holds
   a column the contract no longer has), a new required field or an optional one made
   required (rows already stored lack it), a changed type, a changed write mode, key, id,
-  order field, partitioning or table. Integer to number is a widening Delta cannot apply
+  order field, partitioning, table or column prefix (compared by meaning: a default
+  written out, keys in another order or an events contract's key, which no table
+  depends on, are no change). Integer to number is a widening Delta cannot apply
   to a ``bigint`` column for every reader of the lake (Spark, delta-rs), so it is refused
   too, with its own reason.
 """
@@ -113,8 +115,10 @@ def _document_changes(contract: Contract, recorded: Mapping[str, Any]) -> list[C
     changes = []
     before = recorded.get("x-lakehouse", {})
     after = contract.document.get("x-lakehouse", {})
+    was = _structure(recorded, str(before.get("name", contract.name)))
+    now = _structure(contract.document, contract.name)
     for key in _STRUCTURAL:
-        if before.get(key) != after.get(key):
+        if was[key] != now[key]:
             changes.append(
                 Change(
                     f"x-lakehouse/{key}",
@@ -131,6 +135,30 @@ def _document_changes(contract: Contract, recorded: Mapping[str, Any]) -> list[C
         if recorded.get(key) != contract.document.get(key):
             changes.append(Change(key, "rules changed (applied to new records)", False))
     return changes
+
+
+def _structure(document: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """What the tables depend on in a contract document's extension block, its defaults
+    written out, so that two spellings of one meaning compare equal."""
+    extension = document.get("x-lakehouse", {})
+    mode = extension.get("mode")
+    tables = extension.get("tables", {})
+    prefixes = extension.get("flatten", {})
+    objects = [f for f in flatten(document.get("properties", {}), (), prefixes) if f.is_object]
+    return {
+        "mode": mode,
+        # An events contract's key only says what the Kafka key holds.
+        "key": extension.get("key") if mode == "entities" else None,
+        "id": extension.get("id"),
+        "order_by": extension.get("order_by"),
+        "partition_by": extension.get("partition_by"),
+        "tables": (
+            tables.get("bronze", f"bronze/{name}"),
+            tables.get("silver", f"silver/{name}"),
+            tables.get("duplicates", f"silver/{name}_duplicates") if mode == "events" else None,
+        ),
+        "flatten": {f.path: prefixes.get(f.path, f"{f.path.rpartition('.')[2]}_") for f in objects},
+    }
 
 
 def refusal(contract: Contract, changes: list[Change]) -> str | None:

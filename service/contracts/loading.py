@@ -3,14 +3,17 @@
 Every ``*.json`` file of this package is a shipped contract; every ``*.json`` file of
 ``INGEST_CONTRACTS_DIR`` adds one, or replaces the shipped one of the same name. A
 document must be a valid JSON Schema (draft 2020-12, checked against its meta-schema)
-that uses only the keywords the engine compiles: anything else is refused with one
-line naming the file, the JSON pointer and the keyword (`ContractError`, exit 2),
-never ignored. Annotations (``title``, ``description``, ``$comment``, ``examples``,
+that uses only the keywords the engine compiles, each where it has an effect: anything
+else (an unknown keyword, an extension value of the wrong type or range, a name that
+points at nothing, a column the lake adds itself) is refused with one line naming the
+file, the JSON pointer and what is wrong (`ContractError`, exit 2), never ignored.
+Annotations (``title``, ``description``, ``$comment``, ``examples``,
 ``default``, ``deprecated``) are kept and have no effect.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, best_match
 
 from service.contracts.model import (
     DERIVED_TYPES,
@@ -31,6 +34,7 @@ from service.contracts.model import (
     Tables,
     flatten,
 )
+from service.contracts.silver import duplicates_schema, lake_columns
 from service.errors import ContractError
 
 SHIPPED_DIR = Path(__file__).resolve().parent
@@ -42,8 +46,10 @@ _VALUE_KEYWORDS = {
     "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minLength", "maxLength", "pattern", "format", "x-lakehouse",
 }  # fmt: skip
-_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "x-lakehouse"}
-_ROOT_KEYWORDS = _OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired"}
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
+_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"}
+_ROOT_KEYWORDS = _OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired", "x-lakehouse"}
 _FORMATS = ("date", "date-time")
 _TYPES = ("null", "boolean", "integer", "number", "string", "object")
 _EXTENSION_KEYS = {
@@ -52,6 +58,62 @@ _EXTENSION_KEYS = {
     "stats_columns",
 }  # fmt: skip
 _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
+# Delta refuses these in a column name (without column mapping); a dot would read as a
+# nested field's path.
+_COLUMN_NAME_REFUSED = set(" ,;{}()\n\t=.")
+# Seconds whose microseconds still fit a 64-bit integer (the engine compares microseconds).
+_MAX_SECONDS = 9_223_372_036_854
+_SECONDS = {"type": "integer", "minimum": 0, "maximum": _MAX_SECONDS}
+_NAME = {"type": "string", "minLength": 1}
+_ANNOTATION_SCHEMAS: dict[str, Any] = {key: {} for key in _ANNOTATIONS}
+# The value types and ranges of the extension block's keys (its names and fields are
+# checked against the document after).
+_EXTENSION = Draft202012Validator(
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "topic": _NAME,
+            "key": {"type": "string"},
+            "id": {"type": "string"},
+            "order_by": {"type": "string"},
+            "event_time": {"type": "string"},
+            "max_future_seconds": _SECONDS,
+            "dedup_horizon_seconds": _SECONDS,
+            "partition_by": {
+                "type": "object",
+                "required": ["column", "day_of"],
+                "properties": {"column": _NAME, "day_of": _NAME},
+                "additionalProperties": False,
+            },
+            "flatten": {"type": "object", "additionalProperties": {"type": "string"}},
+            "derived": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["column", "type", "sql"],
+                    "properties": {
+                        "column": _NAME,
+                        "type": {"enum": list(DERIVED_TYPES)},
+                        "sql": _NAME,
+                        **_ANNOTATION_SCHEMAS,
+                    },
+                    "additionalProperties": False,
+                },
+            },
+            "tables": {"type": "object"},
+            "version": {"type": "integer", "minimum": 0},
+            "stats_columns": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+)
+_DAY = {"type": "string", "pattern": "^(today|[0-9]{4}-[0-9]{2}-[0-9]{2})$"}
+_FIELD_EXTENSION = Draft202012Validator(
+    {
+        "type": "object",
+        "properties": {"for": _NAME, "minimum": _DAY, "maximum": _DAY, "mismatch": _NAME},
+    }
+)
 # Extension keys only one mode reads, and why: a contract of the other mode that sets one
 # is refused rather than ignored.
 _MODE_ONLY_KEYS = {
@@ -162,12 +224,13 @@ def parse_contract(
     try:
         Draft202012Validator.check_schema(document)
     except SchemaError as e:
-        pointer = "/" + "/".join(str(p) for p in e.absolute_path)
+        where = _pointer("", e.absolute_path)
         raise ContractError(
-            f"{source}: not a valid JSON Schema at {pointer}: {e.message}"
+            _one_line(f"{source}: not a valid JSON Schema at {where}: {e.message}")
         ) from None
     _check_root(source, document)
     extension: Mapping[str, Any] = document.get("x-lakehouse", {})
+    _check_extension_values(source, extension)
     name = str(extension.get("name", default_name))
     if not name.isidentifier() or not name.islower() or name in _RESERVED_NAMES:
         raise _bad(source, "/x-lakehouse/name", f"{name!r} is not a lower-case identifier"
@@ -176,20 +239,22 @@ def parse_contract(
         raise _bad(source, "/x-lakehouse/name", f"{name!r} is reserved: `reconcile --json`"
                    " reports each contract under its name beside its own keys"
                    f" ({', '.join(REPORT_KEYS)})")  # fmt: skip
-    for mode, keys in _MODE_ONLY_KEYS.items():
+    mode = _mode(source, extension)
+    for only, keys in _MODE_ONLY_KEYS.items():
         for key, why in keys.items():
-            if key in extension and extension.get("mode") in set(_MODE_ONLY_KEYS) - {mode}:
-                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {mode} contracts: {why}")
+            if key in extension and mode != only:
+                raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {only} contracts: {why}")
     prefixes = dict(extension.get("flatten", {}))
     fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
     paths = {f.path: f for f in fields}
     conditionals = tuple(_conditionals(source, document, paths))
+    partition = extension.get("partition_by")
     contract = Contract(
         name=name,
         source=source,
         document=document,
         topic=topics.get(name, str(extension.get("topic", name))),
-        mode=_mode(source, extension),
+        mode=mode,
         fields=fields,
         conditionals=conditionals,
         tables=_tables(source, name, extension),
@@ -197,33 +262,61 @@ def parse_contract(
         key=extension.get("key"),
         order_by=extension.get("order_by"),
         event_time=extension.get("event_time"),
-        max_future_seconds=extension.get("max_future_seconds"),
-        dedup_horizon_seconds=extension.get("dedup_horizon_seconds"),
-        partition=_partition(extension),
-        derived=tuple(_derived(source, extension)),
+        max_future_seconds=_integer(extension.get("max_future_seconds")),
+        dedup_horizon_seconds=_integer(extension.get("dedup_horizon_seconds")),
+        partition=(partition["column"], partition["day_of"]) if partition else None,
+        derived=tuple(
+            Derived(d["column"], DERIVED_TYPES[d["type"]], d["sql"])
+            for d in extension.get("derived", ())
+        ),
         rescue_unknown=document.get("additionalProperties", True) is not False,
-        version=extension.get("version"),
+        version=_integer(extension.get("version")),
         stats_columns=tuple(extension.get("stats_columns", ())),
     )
     _check_extension(contract, extension)
+    _check_columns(contract)
     return contract
 
 
 def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:
     reason = f": {why}" if why else ""
-    return ContractError(
-        f"{source}: {pointer}: keyword {keyword!r} is not supported by the engine{reason}"
-        " (docs/contracts.md lists the keywords it compiles)"
+    return _bad(
+        source,
+        pointer,
+        f"keyword {keyword!r} is not supported by the engine{reason}"
+        " (docs/contracts.md lists the keywords it compiles)",
     )
 
 
 def _bad(source: str, pointer: str, why: str) -> ContractError:
-    return ContractError(f"{source}: {pointer}: {why}")
+    return ContractError(_one_line(f"{source}: {pointer}: {why}"))
 
 
-def _check_keywords(
-    source: str, schema: Mapping[str, Any], pointer: str, allowed: set[str]
-) -> None:
+def _one_line(text: str) -> str:
+    """``text`` with its unprintable characters escaped (a name may hold a line break)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _pointer(base: str, path: Iterable[Any]) -> str:
+    """``base`` followed by the JSON pointer of ``path`` (its keys and indexes)."""
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return base + "".join(f"/{p}" for p in parts) if parts or base else "/"
+
+
+def _integer(value: Any) -> int | None:
+    # JSON Schema's "integer" admits 60.0: the contract keeps it as 60.
+    return None if value is None else int(value)
+
+
+def _check_schema_object(source: str, schema: Any, pointer: str) -> None:
+    if not isinstance(schema, dict):
+        # A boolean schema (true: anything, false: nothing) declares no type to compile.
+        raise _bad(source, pointer or "/", "a boolean schema is not supported by the engine:"
+                   " write an object with the keywords docs/contracts.md lists")  # fmt: skip
+
+
+def _check_keywords(source: str, schema: Any, pointer: str, allowed: set[str]) -> None:
+    _check_schema_object(source, schema, pointer)
     for keyword in schema:
         if keyword not in allowed and keyword not in _ANNOTATIONS:
             raise _unsupported(source, f"{pointer}/{keyword}", keyword)
@@ -241,10 +334,14 @@ def _check_root(source: str, document: Mapping[str, Any]) -> None:
             raise _bad(source, at, "an allOf entry is an if/then/else rule")
         _check_keywords(source, rule["if"], f"{at}/if", {"required", "properties"})
         for name, condition in rule["if"].get("properties", {}).items():
-            _check_keywords(source, condition, f"{at}/if/properties/{name}", {"const", "enum"})
+            where = f"{at}/if/properties/{name}"
+            _check_keywords(source, condition, where, {"const", "enum"})
+            if not {"const", "enum"} & set(condition):
+                raise _bad(source, where, "an if names the values it holds for: const or enum")
+            _check_scalar_values(source, condition, where)
         for branch in ("then", "else"):
             if branch in rule:
-                _check_branch(source, rule[branch], f"{at}/{branch}")
+                _check_branch(source, document, rule[branch], f"{at}/{branch}")
 
 
 def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
@@ -264,7 +361,8 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
                 f"{name!r} is required but not a property (declare it under properties)",
             )  # fmt: skip
     for name, prop in declared.items():
-        at = f"{pointer}/properties/{name}"
+        at = _pointer(f"{pointer}/properties", [name])
+        _check_schema_object(source, prop, at)
         types = prop.get("type")
         if types is None:
             raise _bad(source, at, "every property declares its type")
@@ -275,39 +373,138 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
         if "object" in kinds:
             if set(kinds) - {"object", "null"}:
                 raise _unsupported(source, f"{at}/type", "type", "an object or null, not both")
+            if "x-lakehouse" in prop:
+                raise _bad(source, f"{at}/x-lakehouse", "a nested object has no x-lakehouse"
+                           " block: its columns' prefix is the contract's x-lakehouse.flatten,"
+                           " its fields' annotations go on each field")  # fmt: skip
             _check_keywords(source, prop, at, _OBJECT_KEYWORDS)
             _check_object(source, prop, at)
             continue
-        _check_value(source, prop, at, kinds)
+        _check_value(source, prop, at, kinds, in_branch=False)
 
 
-def _check_value(source: str, schema: Mapping[str, Any], pointer: str, kinds: list[str]) -> None:
+def _check_value(
+    source: str, schema: Mapping[str, Any], pointer: str, kinds: list[str], in_branch: bool
+) -> None:
     _check_keywords(source, schema, pointer, _VALUE_KEYWORDS)
-    if "format" in schema:
-        if schema["format"] not in _FORMATS:
-            raise _unsupported(source, f"{pointer}/format", "format", f"{schema['format']!r}")
-        if schema["format"] == "date" and set(kinds) - {"string", "null"}:
+    fmt = schema.get("format")
+    if fmt is not None:
+        if fmt not in _FORMATS:
+            raise _unsupported(source, f"{pointer}/format", "format", f"{fmt!r}")
+        if fmt == "date" and set(kinds) - {"string", "null"}:
             raise _bad(source, pointer, 'format "date" is a string (or null)')
-        if schema["format"] == "date-time" and set(kinds) - {"string", "integer", "null"}:
+        if fmt == "date-time" and set(kinds) - {"string", "integer", "null"}:
             raise _bad(source, pointer, 'format "date-time" is a string or epoch milliseconds')
     scalar = [k for k in kinds if k != "null"]
     if not scalar:
         raise _bad(source, f"{pointer}/type", "a field of type null only holds nothing")
     if len(scalar) > 1 and set(scalar) not in ({"integer", "number"}, {"string", "integer"}):
         raise _unsupported(source, f"{pointer}/type", "type", f"the union {scalar}")
-    if set(scalar) == {"string", "integer"} and schema.get("format") != "date-time":
+    if set(scalar) == {"string", "integer"} and fmt != "date-time":
         raise _bad(source, f"{pointer}/type", 'string or integer only as "format": "date-time"')
-    for key in schema.get("x-lakehouse", {}):
+    shown = " or ".join(scalar) + (f' ("format": "{fmt}")' if fmt else "")
+    for keyword in _NUMBER_KEYWORDS:
+        # The engine bounds numbers without a format (as JSON Schema, it leaves other
+        # values alone): elsewhere the bound would never be checked.
+        if keyword in schema and (fmt is not None or not {"integer", "number"} & set(scalar)):
+            raise _bad(source, f"{pointer}/{keyword}", f"{keyword} bounds a number without a"
+                       f" format, and this property is {shown}: it would never apply")  # fmt: skip
+    for keyword in _STRING_KEYWORDS:
+        if keyword in schema and "string" not in scalar:
+            raise _bad(source, f"{pointer}/{keyword}", f"{keyword} applies to strings, and this"
+                       f" property is {shown}: it would never apply")  # fmt: skip
+    _check_scalar_values(source, schema, pointer)
+    _check_field_extension(source, schema, pointer, in_branch)
+
+
+def _check_scalar_values(source: str, schema: Mapping[str, Any], pointer: str) -> None:
+    """``enum`` and ``const`` hold strings, numbers, booleans or null: what a field is."""
+    values = [("const", schema["const"])] if "const" in schema else []
+    values += [(f"enum/{i}", v) for i, v in enumerate(schema.get("enum", ()))]
+    for where, value in values:
+        if isinstance(value, dict | list):
+            raise _bad(source, f"{pointer}/{where}", f"{json.dumps(value)} is not a string,"
+                       " number, boolean or null: no field of the contract holds it")  # fmt: skip
+
+
+def _check_field_extension(
+    source: str, schema: Mapping[str, Any], pointer: str, in_branch: bool
+) -> None:
+    extension = schema.get("x-lakehouse", {})
+    at = f"{pointer}/x-lakehouse"
+    if not isinstance(extension, dict):
+        raise _bad(source, at, "an x-lakehouse annotation is a JSON object")
+    for key in extension:
         if key not in _FIELD_EXTENSION_KEYS:
-            raise _unsupported(source, f"{pointer}/x-lakehouse/{key}", key)
+            raise _unsupported(source, f"{at}/{key}", key)
+    error = best_match(_FIELD_EXTENSION.iter_errors(extension))
+    if error is not None:
+        raise _bad(source, _pointer(at, error.absolute_path), error.message)
+    if "for" in extension and not in_branch:
+        raise _bad(source, f"{at}/for", "for labels the rules of a then/else; a property's"
+                   " own rules have no label")  # fmt: skip
+    if "mismatch" in extension and "pattern" not in schema:
+        raise _bad(source, f"{at}/mismatch", "mismatch words the detail of the property's"
+                   " pattern, and it has none")  # fmt: skip
+    days = {}
+    for key in ("minimum", "maximum"):
+        if key not in extension:
+            continue
+        if schema.get("format") != "date":
+            raise _bad(source, f"{at}/{key}", f"x-lakehouse {key} bounds a"
+                       ' "format": "date" property, and this one is not')  # fmt: skip
+        if extension[key] != "today":
+            try:
+                days[key] = datetime.date.fromisoformat(extension[key])
+            except ValueError:
+                raise _bad(source, f"{at}/{key}", f"{extension[key]!r} is not a day of"
+                           " years 1-9999 (YYYY-MM-DD) nor today") from None  # fmt: skip
+    if len(days) == 2 and days["minimum"] > days["maximum"]:
+        raise _bad(source, at, f"minimum {days['minimum']} is after maximum {days['maximum']}:"
+                   " every value would be out of range")  # fmt: skip
 
 
-def _check_branch(source: str, branch: Mapping[str, Any], pointer: str) -> None:
+def _branch_properties(
+    document: Mapping[str, Any], branch: Mapping[str, Any]
+) -> dict[str, Mapping[str, Any]]:
+    """A ``then``/``else``'s properties, each without a ``type`` given its base property's
+    ``type`` and ``format``: as in JSON Schema, its keywords narrow what the record's field
+    already is (``{"maximum": 1000}`` bounds the number the property declares)."""
+    base = document.get("properties", {})
+    result = {}
+    for name, schema in branch.get("properties", {}).items():
+        if isinstance(schema, dict) and "type" not in schema and name in base:
+            inherited = {k: base[name][k] for k in ("type", "format") if k in base[name]}
+            schema = {**inherited, **schema}
+        result[name] = schema
+    return result
+
+
+def _check_branch(
+    source: str, document: Mapping[str, Any], branch: Mapping[str, Any], pointer: str
+) -> None:
     _check_keywords(source, branch, pointer, {"required", "properties", "x-lakehouse"})
-    for name, prop in branch.get("properties", {}).items():
-        at = f"{pointer}/properties/{name}"
-        kinds = prop.get("type", ["string", "integer", "number", "boolean", "null"])
-        _check_value(source, prop, at, [kinds] if isinstance(kinds, str) else list(kinds))
+    extension = branch.get("x-lakehouse", {})
+    if not isinstance(extension, dict):
+        raise _bad(source, f"{pointer}/x-lakehouse", "an x-lakehouse annotation is a JSON object")
+    for key, value in extension.items():
+        if key != "for":
+            raise _unsupported(source, f"{pointer}/x-lakehouse/{key}", key,
+                               "a then/else's x-lakehouse holds only its label, for")  # fmt: skip
+        if not isinstance(value, str) or not value:
+            raise _bad(source, f"{pointer}/x-lakehouse/for", "the label is a non-empty string")
+    base = document.get("properties", {})
+    for name, prop in _branch_properties(document, branch).items():
+        at = _pointer(f"{pointer}/properties", [name])
+        if name not in base:
+            raise _bad(source, f"{pointer}/properties",
+                       f"{name!r} is not a top-level property of the contract")  # fmt: skip
+        _check_schema_object(source, prop, at)
+        types = prop["type"]
+        kinds = [types] if isinstance(types, str) else list(types)
+        if "object" in kinds or "object" in base[name].get("type", ()):
+            raise _bad(source, at, f"{name!r} is an object: a then/else has no rules for one")
+        _check_value(source, prop, at, kinds, in_branch=True)
 
 
 def _conditionals(
@@ -347,7 +544,10 @@ def _conditionals(
             suffix = f" for {label}" if label else (default if kind == "then" else " otherwise")
             branches.append(
                 Branch(
-                    tuple(b.get("required", ())), b.get("properties", {}), suffix, f"{at}/{kind}"
+                    tuple(b.get("required", ())),
+                    _branch_properties(document, b),
+                    suffix,
+                    f"{at}/{kind}",
                 )
             )
         yield Conditional(when, branches[0], branches[1])
@@ -373,11 +573,14 @@ def _tables(source: str, name: str, extension: Mapping[str, Any]) -> Tables:
     unknown = set(given) - {"bronze", "silver", "duplicates"}
     if unknown:
         raise _bad(source, "/x-lakehouse/tables", f"unknown table kinds {sorted(unknown)}")
+    if "duplicates" in given and extension["mode"] == "entities":
+        raise _bad(source, "/x-lakehouse/tables/duplicates", "an entities contract has no"
+                   " duplicates table: it keeps the newest change per key")  # fmt: skip
     duplicates = given.get("duplicates", f"silver/{name}_duplicates")
     tables = Tables(
         bronze=given.get("bronze", f"bronze/{name}"),
         silver=given.get("silver", f"silver/{name}"),
-        duplicates=duplicates if extension.get("mode") == "events" else None,
+        duplicates=duplicates if extension["mode"] == "events" else None,
     )
     named = [("bronze", "bronze", tables.bronze), ("silver", "silver", tables.silver)]
     if tables.duplicates is not None:
@@ -393,29 +596,20 @@ def _tables(source: str, name: str, extension: Mapping[str, Any]) -> Tables:
     return tables
 
 
-def _partition(extension: Mapping[str, Any]) -> tuple[str, str] | None:
-    partition = extension.get("partition_by")
-    if partition is None:
-        return None
-    return str(partition["column"]), str(partition["day_of"])
-
-
-def _derived(source: str, extension: Mapping[str, Any]) -> Iterable[Derived]:
-    for i, derived in enumerate(extension.get("derived", ())):
-        data_type = DERIVED_TYPES.get(derived.get("type", ""))
-        if data_type is None or not derived.get("column") or not derived.get("sql"):
-            raise _bad(
-                source, f"/x-lakehouse/derived/{i}",
-                f"a derived column has a column, a type ({', '.join(DERIVED_TYPES)}) and sql",
-            )  # fmt: skip
-        yield Derived(str(derived["column"]), data_type, str(derived["sql"]))
+def _check_extension_values(source: str, extension: Any) -> None:
+    """The extension block's keys are known and their values of the right type and range."""
+    if not isinstance(extension, dict):
+        raise _bad(source, "/x-lakehouse", "the extension block is a JSON object")
+    for key in extension:
+        if key not in _EXTENSION_KEYS:
+            raise _unsupported(source, f"/x-lakehouse/{key}", key)
+    error = best_match(_EXTENSION.iter_errors(extension))
+    if error is not None:
+        raise _bad(source, _pointer("/x-lakehouse", error.absolute_path), error.message)
 
 
 def _check_extension(contract: Contract, extension: Mapping[str, Any]) -> None:
     source = contract.source
-    for key in extension:
-        if key not in _EXTENSION_KEYS:
-            raise _unsupported(source, f"/x-lakehouse/{key}", key)
 
     def top_field(key: str, value: str | None, formats: tuple[str | None, ...]) -> Field:
         pointer = f"/x-lakehouse/{key}"
@@ -430,6 +624,10 @@ def _check_extension(contract: Contract, extension: Mapping[str, Any]) -> None:
     if contract.mode == "events":
         if top_field("id", contract.id_field, (None,)).types != ("string",):
             raise _bad(source, "/x-lakehouse/id", "the id of an events contract is a string")
+        # The key only says what the Kafka key holds, but it must say it of a field.
+        if contract.key is not None and contract.key not in contract.top_level:
+            raise _bad(source, "/x-lakehouse/key",
+                       f"{contract.key!r} is not a top-level property of the contract")  # fmt: skip
     else:
         entity_key = top_field("key", contract.key, (None,))
         if set(entity_key.types) - {"integer", "string"}:
@@ -438,14 +636,52 @@ def _check_extension(contract: Contract, extension: Mapping[str, Any]) -> None:
     if contract.event_time is not None:
         top_field("event_time", contract.event_time, ("date-time",))
     if contract.partition is not None:
-        column, day_of = contract.partition
-        top_field("partition_by", day_of, ("date-time",))
-        if column in {c.name for c in contract.payload_columns()}:
-            raise _bad(source, "/x-lakehouse/partition_by", f"{column!r} is already a column")
-    columns = [c.name for c in contract.payload_columns()] + [d.column for d in contract.derived]
-    duplicated = sorted({c for c in columns if columns.count(c) > 1})
-    if duplicated:
-        raise _bad(source, "/x-lakehouse/flatten", f"two fields make the column(s) {duplicated}")
+        top_field("partition_by/day_of", contract.partition[1], ("date-time",))
+    objects = {f.path for f in contract.fields if f.is_object}
+    for path in extension.get("flatten", {}):
+        if path not in objects:
+            nested = ", ".join(sorted(objects)) or "none"
+            raise _bad(
+                source,
+                _pointer("/x-lakehouse/flatten", [path]),
+                f"{path!r} is not a nested object of the contract (those: {nested})",
+            )
+
+
+def _check_columns(contract: Contract) -> None:
+    """Every column the contract makes (its fields', its derived ones, its partition) has a
+    name Delta takes, and one of its own: not another's, nor one the lake adds to silver
+    (compared as Spark does, ignoring case)."""
+    source = contract.source
+    made = [(f.column, f.pointer) for f in contract.leaves]
+    made += [(d.column, f"/x-lakehouse/derived/{i}/column") for i, d in enumerate(contract.derived)]
+    if contract.partition is not None:
+        made.append((contract.partition[0], "/x-lakehouse/partition_by/column"))
+    lake = [c.name for c in lake_columns(contract.mode)]
+    seen: dict[str, str] = {}
+    for column, pointer in made:
+        if not column or set(column) & _COLUMN_NAME_REFUSED:
+            raise _bad(source, pointer, f"{column!r} cannot name a column: Delta refuses"
+                       " spaces and ,;{}()=, tabs and newlines, a dot would read as a nested"
+                       " field")  # fmt: skip
+        if column.lower() in {c.lower() for c in lake}:
+            raise _bad(source, pointer, f"column {column!r} is one the lake adds to"
+                       f" {contract.tables.silver} ({', '.join(lake)})")  # fmt: skip
+        if column.lower() in seen:
+            raise _bad(source, pointer, f"column {column!r} is also made by"
+                       f" {seen[column.lower()]}")  # fmt: skip
+        seen[column.lower()] = pointer
+    names = {column.lower() for column, _ in made}
+    for i, column in enumerate(contract.stats_columns):
+        if column.lower() not in names:
+            raise _bad(source, f"/x-lakehouse/stats_columns/{i}", f"{column!r} is not a column"
+                       " the contract makes (a field's, a derived one)")  # fmt: skip
+    if contract.tables.duplicates is not None:
+        kept = [c.name.lower() for c in duplicates_schema(contract).fields]
+        if len(set(kept)) < len(kept):
+            raise _bad(source, "/x-lakehouse/id", f"{contract.id_field!r} is a column the lake"
+                       f" adds to {contract.tables.duplicates}"
+                       f" ({', '.join(kept[1:])})")  # fmt: skip
 
 
 def _refuse_shared_tables(contracts: Iterable[Contract]) -> None:

@@ -22,7 +22,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from service.contracts.model import Contract
+# A contract's silver tables and the columns they share with the lake's other tables are
+# defined with the contracts, whose loader builds them; the lake imports them from here.
+from service.contracts.silver import COORDINATES as COORDINATES
+from service.contracts.silver import INGESTED_AT as INGESTED_AT
+from service.contracts.silver import LINEAGE as LINEAGE
+from service.contracts.silver import RESCUED as RESCUED
+from service.contracts.silver import duplicates_schema as duplicates_schema
+from service.contracts.silver import silver_schema as silver_schema
 
 # StructField metadata key: the column-name prefix of a nested object's flattened fields.
 FLATTEN_PREFIX = "flatten_prefix"
@@ -31,17 +38,6 @@ KAFKA_HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 )
 
-# A row's Kafka coordinates and arrival time: where it came from (every silver table).
-LINEAGE = (
-    StructField("kafka_topic", StringType(), nullable=False),
-    StructField("kafka_partition", IntegerType(), nullable=False),
-    StructField("kafka_offset", LongType(), nullable=False),
-    StructField("kafka_timestamp", TimestampType()),
-)
-# The columns that name one Kafka record: unique in every table that keeps one row per record.
-COORDINATES = tuple(f.name for f in LINEAGE[:3])
-INGESTED_AT = StructField("ingested_at", TimestampType(), nullable=False)
-RESCUED = StructField("_rescued", StringType())
 
 # A record's exact bytes, and their text where they are valid UTF-8 (null otherwise):
 # no STRING column ever holds invalid UTF-8, so every Delta reader can read the tables.
@@ -236,56 +232,3 @@ SENSOR_DUPLICATES = StructType(
         StructField("original_kafka_offset", LongType()),
     ]
 )
-
-
-def silver_schema(contract: Contract) -> StructType:
-    """A contract's silver table: for events, the typed payload, its derived columns,
-    ``_rescued``, lineage, ``ingested_at`` and the partition column; for entities, the key,
-    the rest of the payload (nullable: a deleted entity may have none), ``is_deleted``,
-    ``deleted_at``, ``_rescued``, the lineage of the change applied last and
-    ``ingested_at``."""
-    payload = contract.payload_columns()
-    if contract.mode == "entities":
-        key = next(c for c in payload if c.name == contract.key)
-        profile = [StructField(c.name, c.dataType) for c in payload if c.name != contract.key]
-        return StructType(
-            [
-                key,
-                *profile,
-                StructField("is_deleted", BooleanType(), nullable=False),
-                StructField("deleted_at", TimestampType()),
-                RESCUED,
-                *LINEAGE,
-                INGESTED_AT,
-            ]
-        )
-    partition = (
-        [StructField(contract.partition[0], DateType(), nullable=False)]
-        if contract.partition is not None
-        else []
-    )
-    return StructType(
-        [
-            *payload,
-            *(StructField(d.column, d.data_type) for d in contract.derived),
-            RESCUED,
-            *LINEAGE,
-            INGESTED_AT,
-            *partition,
-        ]
-    )
-
-
-def duplicates_schema(contract: Contract) -> StructType:
-    """An events contract's duplicates table: the repeated id, the coordinates of the repeat
-    and of the record it repeats (an audit that lets silver reconcile with bronze)."""
-    assert contract.id_field is not None
-    return StructType(
-        [
-            StructField(contract.id_field, StringType(), nullable=False),
-            *LINEAGE,
-            StructField("ingested_at", TimestampType()),
-            StructField("original_kafka_partition", IntegerType()),
-            StructField("original_kafka_offset", LongType()),
-        ]
-    )

@@ -26,7 +26,6 @@ from pydantic import SecretStr
 
 from service.config import Settings, env_name, load_settings
 from service.contracts.loading import parse_contract, read_contract
-from service.errors import ContractError
 from tests.support.chart import (
     CHART,
     MONITORING_API,
@@ -1423,6 +1422,15 @@ def _contract_files(manifests: tuple[dict[str, Any], ...]) -> dict[str, str]:
     return files
 
 
+def _block_values(contracts: dict[str, str]) -> str:
+    """A values file giving each contract's text as a YAML block string (``name: |-``)."""
+    lines = ["contracts:"]
+    for name, text in contracts.items():
+        lines.append(f"  {name}: |-")
+        lines += [f"    {line}" for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
 def _renamed(path: Path, name: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(path.read_text())
     document["x-lakehouse"] = {**document["x-lakehouse"], "name": name, "topic": name,
@@ -1434,24 +1442,28 @@ def _renamed(path: Path, name: str) -> dict[str, Any]:
 def test_contracts_values_reach_both_pods_as_files_the_service_reads_unchanged(
     tmp_path: Path,
 ) -> None:
-    # A file given with --set-file, and a document written in the values as YAML.
+    # A file given with --set-file, and a file's text written in the values as a block.
     readings = _renamed(REPO / "service" / "contracts" / "sensors.json", "readings")
     readings_file = tmp_path / "readings.json"
-    readings_file.write_text(json.dumps(readings, indent=2))
+    readings_file.write_text(json.dumps(readings, indent=2, ensure_ascii=False) + "\n")
     profiles = _renamed(REPO / "service" / "contracts" / "users.json", "profiles")
+    profiles_text = json.dumps(profiles, indent=2)
     values = tmp_path / "contracts-values.yaml"
-    values.write_text(yaml.safe_dump({"contracts": {"profiles": profiles}}))
+    values.write_text(_block_values({"profiles": profiles_text}))
     flags = ("--values", str(values), "--set-file", f"contracts.readings={readings_file}")
     result = template(None, False, flags=flags)
     assert 0 == result.returncode, result.stderr
     manifests = tuple(m for m in yaml.safe_load_all(result.stdout) if m)
     files = _contract_files(manifests)
     assert ["profiles.json", "readings.json"] == sorted(files)
-    assert readings_file.read_text() == files["readings.json"]
     mounted = tmp_path / "mounted"
     mounted.mkdir()
     for name, text in files.items():
-        (mounted / name).write_text(text)
+        (mounted / name).write_bytes(text.encode())
+    # Byte for byte: the properties in the file's order (not sorted), its non-ASCII
+    # text and its last line break.
+    assert readings_file.read_bytes() == (mounted / "readings.json").read_bytes()
+    assert profiles_text.encode() == (mounted / "profiles.json").read_bytes()
     for name, document in (("readings", readings), ("profiles", profiles)):
         contract = read_contract(mounted / f"{name}.json")
         assert document == contract.document
@@ -1487,14 +1499,20 @@ def test_contracts_values_reach_both_pods_as_files_the_service_reads_unchanged(
     assert not [m for m in by_kind(default, "ConfigMap") if "-contracts" in m["metadata"]["name"]]
 
 
-def test_a_contract_written_as_yaml_meets_yaml_1_1_and_the_service_says_where(
+def test_a_contract_written_as_yaml_values_is_refused_at_render_saying_how_to_give_it(
     tmp_path: Path,
 ) -> None:
-    # sensors' `"required": ["x", "y", "z"]`, dumped unquoted: Helm reads y as true.
+    # Helm holds YAML values as a map with sorted keys: the properties would be reordered.
     readings = _renamed(REPO / "service" / "contracts" / "sensors.json", "readings")
     values = tmp_path / "contracts-values.yaml"
     values.write_text(yaml.safe_dump({"contracts": {"readings": readings}}))
-    mounted = tmp_path / "readings.json"
-    mounted.write_text(_contract_files(render(str(values), False))["readings.json"])
-    with pytest.raises(ContractError, match=r"readings\.json: .* at /allOf/2/then/required/1"):
-        read_contract(mounted)
+
+    result = template(None, False, flags=("--values", str(values)))
+
+    assert 1 == result.returncode
+    assert (
+        "contracts.readings: give the contract as its file's text, `--set-file"
+        " contracts.readings=readings.json` or a YAML block string (`readings: |-` and the"
+        " JSON below it), not as YAML values: Helm sorts their keys, which would reorder the"
+        " contract's properties (docs/deploy.md)"
+    ) in result.stderr

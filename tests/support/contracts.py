@@ -15,6 +15,8 @@ from service.contracts.loading import SHIPPED_DIR, parse_contract
 from service.errors import ContractError
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
+# An edit of a contract document, in place.
+Edit = Callable[[dict[str, Any]], object]
 
 
 def shipped(name: str) -> dict[str, Any]:
@@ -39,7 +41,7 @@ def orders(**extension: Any) -> dict[str, Any]:
     }
 
 
-def changed(document: dict[str, Any], change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+def changed(document: dict[str, Any], change: Edit) -> dict[str, Any]:
     """A deep copy of ``document`` that ``change`` edited."""
     copied = copy.deepcopy(document)
     change(copied)

@@ -500,3 +500,18 @@ def test_run_with_a_bad_contract_exits_2_with_one_line_before_spark_or_kafka(
     assert "invalid_configuration" == logged["event"]
     assert logged["error"].startswith(f"{path}: /properties/first_name/oneOf: keyword 'oneOf'")
     assert not (tmp_path / "lake").exists()
+
+
+def test_an_extension_block_that_crashed_the_loader_exits_2_with_one_line(
+    tmp_path: Path,
+) -> None:
+    # A partition_by without its column ended in a KeyError: `crashed`, exit 1.
+    path = write(tmp_path / "contracts", "orders", orders(partition_by={"day_of": "placed_at"}))
+
+    done = service_command(tmp_path, "status")
+
+    assert 2 == done.returncode, done.stderr
+    [line] = done.stderr.splitlines()
+    logged = json.loads(line)
+    assert ("invalid_configuration", f"{path}: /x-lakehouse/partition_by: 'column' is a required"
+            " property") == (logged["event"], logged["error"])  # fmt: skip

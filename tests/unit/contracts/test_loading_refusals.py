@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from pyspark.sql import SparkSession
 
 from service.contracts.loading import (
     REPORT_KEYS,
@@ -21,8 +22,11 @@ from service.contracts.loading import (
     parse_contract,
 )
 from service.errors import ContractError
-from tests.support.contracts import changed, orders, shipped
+from service.ingest.modes import parse_records
+from tests.support.contracts import Edit, changed, orders, shipped
 from tests.support.contracts import refusal as contract_refusal
+from tests.support.payloads import reading
+from tests.support.records import bronze_frame
 
 
 def refusal(document: dict[str, Any], source: str = "/contracts/c.json") -> str:
@@ -244,3 +248,284 @@ def test_the_shared_tables_are_the_lakes_shared_and_operator_tables() -> None:
     assert {t.name for t in SHIPPED.tables} - contracts - gold == set(SHARED_TABLES)
     # Gold's tables are never a contract's: a contract's tables are in bronze or silver.
     assert all(t.startswith("gold/") for t in gold)
+
+
+# --- every mistake in the extension block: one line, never a crash, never ignored -----------
+
+
+def sensors_with(change: Edit) -> dict[str, Any]:
+    return changed(shipped("sensors"), change)
+
+
+def users_with(change: Edit) -> dict[str, Any]:
+    return changed(shipped("users"), change)
+
+
+def orders_with(change: Edit, **extension: Any) -> dict[str, Any]:
+    return changed(orders(**extension), change)
+
+
+def set_property(name: str, schema: Any) -> Edit:
+    return lambda d: d["properties"].update({name: schema})
+
+
+def annotate(name: str, **annotations: Any) -> Edit:
+    return lambda d: d["properties"][name].update({"x-lakehouse": annotations})
+
+
+ENTITIES_LAKE = (
+    "is_deleted, deleted_at, _rescued, kafka_topic, kafka_partition, kafka_offset,"
+    " kafka_timestamp, ingested_at"
+)
+EVENTS_LAKE = "_rescued, kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, ingested_at"
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        # Crashed on a KeyError, a TypeError or a ValueError (exit 1).
+        (orders(partition_by={"day_of": "placed_at"}),
+         "/x-lakehouse/partition_by: 'column' is a required property"),
+        (orders(partition_by="order_date"),
+         "/x-lakehouse/partition_by: 'order_date' is not of type 'object'"),
+        (sensors_with(lambda d: d["x-lakehouse"].update(flatten="geo_")),
+         "/x-lakehouse/flatten: 'geo_' is not of type 'object'"),
+        (orders(tables="silver/orders"),
+         "/x-lakehouse/tables: 'silver/orders' is not of type 'object'"),
+        (orders(derived=["round(amount)"]),
+         "/x-lakehouse/derived/0: 'round(amount)' is not of type 'object'"),
+        (orders_with(lambda d: d.update({"x-lakehouse": ["events"]})),
+         "/x-lakehouse: the extension block is a JSON object"),
+        (sensors_with(lambda d: d["allOf"][0]["if"]["properties"].update(sensor_type={})),
+         "/allOf/0/if/properties/sensor_type: an if names the values it holds for: const or"
+         " enum"),
+        (orders(mode=["events"]),
+         '/x-lakehouse/mode: "events" (append) or "entities" (upsert by key)'),
+        (users_with(lambda d: d["properties"]["country"].update({"\n": 1})),
+         "/properties/country/\\n: keyword '\\n' is not supported by the engine"
+         " (docs/contracts.md lists the keywords it compiles)"),
+        # Wrong value types and ranges.
+        (orders(max_future_seconds="60"),
+         "/x-lakehouse/max_future_seconds: '60' is not of type 'integer'"),
+        (orders(max_future_seconds=-5),
+         "/x-lakehouse/max_future_seconds: -5 is less than the minimum of 0"),
+        (orders(dedup_horizon_seconds=1.5),
+         "/x-lakehouse/dedup_horizon_seconds: 1.5 is not of type 'integer'"),
+        (orders(dedup_horizon_seconds=10**13),
+         "/x-lakehouse/dedup_horizon_seconds: 10000000000000 is greater than the maximum of"
+         " 9223372036854"),
+        (orders(version="1.0.0"), "/x-lakehouse/version: '1.0.0' is not of type 'integer'"),
+        (orders(topic=""), "/x-lakehouse/topic: '' should be non-empty"),
+        (orders(stats_columns="amount"),
+         "/x-lakehouse/stats_columns: 'amount' is not of type 'array'"),
+        (orders(derived=[{"column": "cents", "type": "decimal", "sql": "amount * 100"}]),
+         "/x-lakehouse/derived/0/type: 'decimal' is not one of ['string', 'long', 'double',"
+         " 'boolean', 'date', 'timestamp']"),
+        # Names that point at nothing.
+        (orders(flatten={"shipping": "ship_"}),
+         "/x-lakehouse/flatten/shipping: 'shipping' is not a nested object of the contract"
+         " (those: none)"),
+        (orders(stats_columns=["amount", "customer_id"]),
+         "/x-lakehouse/stats_columns/1: 'customer_id' is not a column the contract makes"
+         " (a field's, a derived one)"),
+        (orders(key="customer_id"),
+         "/x-lakehouse/key: 'customer_id' is not a top-level property of the contract"),
+        (orders(partition_by={"column": "order_date", "day_of": "amount"}),
+         "/x-lakehouse/partition_by/day_of: 'amount' must be a required, non-null date-time"
+         " property"),
+        (users_with(lambda d: d["x-lakehouse"].update(tables={"duplicates": "silver/user_dups"})),
+         "/x-lakehouse/tables/duplicates: an entities contract has no duplicates table: it keeps"
+         " the newest change per key"),
+        # Annotations where they have no effect.
+        (sensors_with(lambda d: d["properties"]["geolocation"].update(
+            {"x-lakehouse": {"flatten": "geo_"}})),
+         "/properties/geolocation/x-lakehouse: a nested object has no x-lakehouse block: its"
+         " columns' prefix is the contract's x-lakehouse.flatten, its fields' annotations go on"
+         " each field"),
+        (orders_with(annotate("placed_at", minimum="2020-01-01")),
+         '/properties/placed_at/x-lakehouse/minimum: x-lakehouse minimum bounds a "format":'
+         ' "date" property, and this one is not'),
+        (orders_with(annotate("order_id", mismatch="is not an order id")),
+         "/properties/order_id/x-lakehouse/mismatch: mismatch words the detail of the"
+         " property's pattern, and it has none"),
+        (orders_with(annotate("amount", **{"for": "large orders"})),
+         "/properties/amount/x-lakehouse/for: for labels the rules of a then/else; a"
+         " property's own rules have no label"),
+        (sensors_with(lambda d: d["allOf"][0]["then"]["x-lakehouse"].update(label="hr")),
+         "/allOf/0/then/x-lakehouse/label: keyword 'label' is not supported by the engine: a"
+         " then/else's x-lakehouse holds only its label, for (docs/contracts.md lists the"
+         " keywords it compiles)"),
+        (sensors_with(lambda d: d["allOf"][0]["then"].update({"x-lakehouse": {"for": 7}})),
+         "/allOf/0/then/x-lakehouse/for: the label is a non-empty string"),
+        (users_with(annotate("dob", minimum="1900-02-30")),
+         "/properties/dob/x-lakehouse/minimum: '1900-02-30' is not a day of years 1-9999"
+         " (YYYY-MM-DD) nor today"),
+        (users_with(annotate("dob", minimum="tomorrow")),
+         "/properties/dob/x-lakehouse/minimum: 'tomorrow' does not match"
+         " '^(today|[0-9]{4}-[0-9]{2}-[0-9]{2})$'"),
+        (users_with(annotate("dob", minimum="2000-01-01", maximum="1999-12-31")),
+         "/properties/dob/x-lakehouse: minimum 2000-01-01 is after maximum 1999-12-31: every"
+         " value would be out of range"),
+        # Values no field holds, keywords no value of the field meets.
+        (orders_with(set_property("order_id", {"type": "string", "enum": ["o-1", {"id": 1}]})),
+         '/properties/order_id/enum/1: {"id": 1} is not a string, number, boolean or null: no'
+         " field of the contract holds it"),
+        (sensors_with(lambda d: d["allOf"][0]["if"]["properties"]["sensor_type"].update(
+            const=["heart_rate"])),
+         '/allOf/0/if/properties/sensor_type/const: ["heart_rate"] is not a string, number,'
+         " boolean or null: no field of the contract holds it"),
+        (orders_with(set_property("order_id", {"type": "string", "minimum": 1})),
+         "/properties/order_id/minimum: minimum bounds a number without a format, and this"
+         " property is string: it would never apply"),
+        (orders_with(set_property("placed_at", {"type": ["string", "integer"],
+                                                "format": "date-time", "minimum": 0})),
+         '/properties/placed_at/minimum: minimum bounds a number without a format, and this'
+         ' property is string or integer ("format": "date-time"): it would never apply'),
+        (orders_with(set_property("amount", {"type": ["number", "null"], "maxLength": 9})),
+         "/properties/amount/maxLength: maxLength applies to strings, and this property is"
+         " number: it would never apply"),
+        (orders_with(set_property("note", True)),
+         "/properties/note: a boolean schema is not supported by the engine: write an object"
+         " with the keywords docs/contracts.md lists"),
+        (sensors_with(lambda d: d["allOf"][0]["then"]["properties"].update(geolocation={})),
+         "/allOf/0/then/properties/geolocation: 'geolocation' is an object: a then/else has no"
+         " rules for one"),
+    ],
+)  # fmt: skip
+def test_an_extension_or_annotation_mistake_is_refused_with_one_line(
+    document: dict[str, Any], expected: str
+) -> None:
+    assert expected == refusal(document)
+
+
+# --- the columns the lake adds to silver ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (orders_with(set_property("_rescued", {"type": ["string", "null"]})),
+         f"/properties/_rescued: column '_rescued' is one the lake adds to silver/orders"
+         f" ({EVENTS_LAKE})"),
+        (orders_with(set_property("kafka_topic", {"type": ["string", "null"]})),
+         f"/properties/kafka_topic: column 'kafka_topic' is one the lake adds to silver/orders"
+         f" ({EVENTS_LAKE})"),
+        (orders_with(set_property("Ingested_At", {"type": ["string", "null"]})),
+         f"/properties/Ingested_At: column 'Ingested_At' is one the lake adds to silver/orders"
+         f" ({EVENTS_LAKE})"),
+        (users_with(set_property("is_deleted", {"type": ["boolean", "null"]})),
+         f"/properties/is_deleted: column 'is_deleted' is one the lake adds to silver/users"
+         f" ({ENTITIES_LAKE})"),
+        (users_with(set_property("deleted_at", {"type": ["string", "null"]})),
+         f"/properties/deleted_at: column 'deleted_at' is one the lake adds to silver/users"
+         f" ({ENTITIES_LAKE})"),
+        (orders(partition_by={"column": "ingested_at", "day_of": "placed_at"}),
+         f"/x-lakehouse/partition_by/column: column 'ingested_at' is one the lake adds to"
+         f" silver/orders ({EVENTS_LAKE})"),
+        (orders(derived=[{"column": "kafka_offset", "type": "long", "sql": "1"}]),
+         f"/x-lakehouse/derived/0/column: column 'kafka_offset' is one the lake adds to"
+         f" silver/orders ({EVENTS_LAKE})"),
+        (orders(partition_by={"column": "order_date", "day_of": "placed_at"},
+                derived=[{"column": "order_date", "type": "date", "sql": "to_date(placed_at)"}]),
+         "/x-lakehouse/partition_by/column: column 'order_date' is also made by"
+         " /x-lakehouse/derived/0/column"),
+        (orders(partition_by={"column": "amount", "day_of": "placed_at"}),
+         "/x-lakehouse/partition_by/column: column 'amount' is also made by /properties/amount"),
+        (orders_with(lambda d: d["properties"].update(
+            ship_city={"type": ["string", "null"]},
+            shipping={"type": ["object", "null"], "properties": {"city": {"type": "string"}}}),
+            flatten={"shipping": "ship_"}),
+         "/properties/shipping/properties/city: column 'ship_city' is also made by"
+         " /properties/ship_city"),
+        (orders_with(set_property("order.note", {"type": ["string", "null"]})),
+         "/properties/order.note: 'order.note' cannot name a column: Delta refuses spaces and"
+         " ,;{}()=, tabs and newlines, a dot would read as a nested field"),
+        (orders_with(lambda d: d["properties"].update(
+            original_kafka_offset=d["properties"].pop("order_id")) or d.update(
+            required=["original_kafka_offset", "placed_at"]), id="original_kafka_offset"),
+         "/x-lakehouse/id: 'original_kafka_offset' is a column the lake adds to"
+         " silver/orders_duplicates (kafka_topic, kafka_partition, kafka_offset,"
+         " kafka_timestamp, ingested_at, original_kafka_partition, original_kafka_offset)"),
+    ],
+    ids=["_rescued", "kafka_topic", "ingested_at-any-case", "is_deleted", "deleted_at",
+         "partition-ingested_at", "derived-kafka_offset", "derived-partition",
+         "partition-a-field", "flatten", "dot", "duplicates-id"],
+)  # fmt: skip
+def test_a_column_the_lake_adds_or_another_makes_is_refused(
+    document: dict[str, Any], expected: str
+) -> None:
+    assert expected == refusal(document)
+
+
+def test_an_entitys_deletion_columns_are_free_names_in_an_events_contract() -> None:
+    document = orders_with(
+        lambda d: d["properties"].update(
+            is_deleted={"type": ["boolean", "null"]}, deleted_at={"type": ["string", "null"]}
+        )
+    )
+    contract = parse_contract(document, "orders.json", "orders", {})
+    assert ("is_deleted", "deleted_at") == contract.top_level[-2:]
+
+
+# --- a then/else property without a type ----------------------------------------------------
+
+
+def test_a_then_property_without_a_type_narrows_its_base_propertys_type() -> None:
+    # Ordinary JSON Schema: the record's value already is the base property's number.
+    document = sensors_with(
+        lambda d: d["allOf"][0]["then"]["properties"].update(value={"maximum": 1000})
+    )
+    contract = parse_contract(document, "sensors.json", "sensors", {})
+    then = contract.conditionals[0].then
+    assert then is not None
+    assert {"type": ["number", "null"], "maximum": 1000} == then.properties["value"]
+    assert {"maximum": 1000} == document["allOf"][0]["then"]["properties"]["value"]
+
+
+def test_a_then_property_without_a_type_is_checked_as_its_base_type(spark: SparkSession) -> None:
+    document = sensors_with(
+        lambda d: d["allOf"][0]["then"]["properties"].update(value={"maximum": 200})
+    )
+    contract = parse_contract(document, "sensors.json", "sensors", {})
+    records = [
+        (name, json.dumps(reading(sensor_type="heart_rate", value=value)))
+        for name, value in (("fast", 210), ("calm", 60), ("text", "60"))
+    ]
+
+    rows = parse_records(contract, bronze_frame(spark, records, "sensors"), 4096, None).collect()
+
+    assert {
+        "fast": ("out_of_range", "value: 210.0 is above 200 for heart_rate readings"),
+        "calm": (None, None),
+        "text": ("type_mismatch", "value: expected a JSON number, got string"),
+    } == {r["key_text"]: (r["error_code"], r["error_detail"]) for r in rows}
+
+
+def test_a_then_property_without_a_type_takes_the_base_format_too() -> None:
+    document = users_with(
+        lambda d: d.update(
+            allOf=[
+                {
+                    "if": {"required": ["gender"]},
+                    "then": {"properties": {"dob": {"x-lakehouse": {"maximum": "2000-01-01"}}}},
+                }
+            ]
+        )
+    )
+    then = parse_contract(document, "users.json", "users", {}).conditionals[0].then
+    assert then is not None
+    assert {
+        "type": ["string", "null"],
+        "format": "date",
+        "x-lakehouse": {"maximum": "2000-01-01"},
+    } == then.properties["dob"]
+
+
+def test_a_then_property_without_a_type_is_checked_against_its_base_type() -> None:
+    document = sensors_with(
+        lambda d: d["allOf"][0]["then"]["properties"].update(value={"maxLength": 3})
+    )
+    assert (
+        "/allOf/0/then/properties/value/maxLength: maxLength applies to strings, and this"
+        " property is number: it would never apply"
+    ) == refusal(document)
