@@ -15,6 +15,9 @@ latest offset), or an idle event (nothing new to read). ``time() -
 lakehouse_ingest_freshness_timestamp_seconds`` is therefore an upper bound of
 how far the tables trail Kafka; unlike the newest record's Kafka timestamp it
 does not flag a quiet topic as stale, and it needs no extra aggregation job.
+A watermark moves only with events, so a watermarked query's idle events are
+exported apart (``basis="idle"``: its input had nothing new): the alert counts a
+gold query that idles as fresh, whatever its watermark.
 
 Table maintenance (`service.lake.maintenance`) is reported per ``table`` by
 `MaintenanceMetrics`, which `IngestMetrics` registers (``.maintenance``) and the
@@ -328,7 +331,8 @@ class IngestMetrics:
         self.freshness = Gauge(
             f"{PREFIX}_freshness_timestamp_seconds",
             "Time up to which a query's output is complete: its event-time watermark "
-            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up).",
+            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up); "
+            "a watermarked query's last idle trigger, its input empty (basis=idle).",
             ["query", "basis"],
             registry=registry,
         )
@@ -401,9 +405,12 @@ class IngestMetrics:
         self._alive(query)
 
     def query_idle(self, query: str, watermarked: bool) -> None:
-        """Record that ``query`` is alive with nothing new to read (so caught up with Kafka)."""
+        """Record that ``query`` is alive with nothing new to read: caught up with Kafka,
+        or for a ``watermarked`` query (whose watermark stands still) its input empty."""
         now = self._alive(query)
-        if not watermarked:
+        if watermarked:
+            self.freshness.labels(query, "idle").set(now)
+        else:
             self._caught_up_at(query, now)
 
     def _caught_up_at(self, query: str, at: float) -> None:
