@@ -24,6 +24,7 @@ log = structlog.get_logger(__name__)
 class LagSink(Protocol):
     """Where polled lag goes (`service.driver.metrics.IngestMetrics` in the driver)."""
 
+    def kafka_lag_declared(self, query: str) -> None: ...
     def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None: ...
 
 
@@ -99,7 +100,10 @@ class LagPoller:
         return self._worker.run_once()
 
     def start(self) -> None:
-        """Poll now and then every interval until `stop`."""
+        """Declare every query's lag as polled now (a restart whose polls never succeed
+        ages it: KafkaLagStale), then poll now and every interval until `stop`."""
+        for query in self._queries:
+            self._sink.kafka_lag_declared(query.name)
         self._worker.start()
 
     def stop(self) -> None:

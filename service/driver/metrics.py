@@ -280,7 +280,8 @@ class IngestMetrics:
         )
         self.kafka_lag_polled_at = Gauge(
             f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
-            "When a query's Kafka lag was last polled successfully.",
+            "When a query's Kafka lag was last polled successfully (the poller's start "
+            "until its first success).",
             ["query"],
             registry=registry,
         )
@@ -313,7 +314,8 @@ class IngestMetrics:
         )
         self.reconcile_last_check = Gauge(
             f"{PREFIX}_reconcile_last_check_timestamp_seconds",
-            "Unix time the driver's last periodic reconcile check completed.",
+            "Unix time the driver's last periodic reconcile check completed (the checks' "
+            "start until the first completes; 0: checks off).",
             registry=registry,
         )
         self.kafka_offsets_skipped = Counter(
@@ -456,6 +458,10 @@ class IngestMetrics:
         self.reconcile_last_check.set(self._clock())
         self.reconcile_duration.set(max(0.0, duration_seconds))
 
+    def reconcile_declared(self) -> None:
+        """Start the last-check time at now, so a first check that never completes ages it."""
+        self.reconcile_last_check.set(self._clock())
+
     def offsets_skipped(self, topic: str, count: int) -> None:
         """Record ``count`` offsets of ``topic`` skipped at start (`service.kafka.lost_offsets`)."""
         self.kafka_offsets_skipped.labels(topic).inc(count)
@@ -530,6 +536,10 @@ class IngestMetrics:
         """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
         with self._lock:
             return self._records_waiting.get(query)
+
+    def kafka_lag_declared(self, query: str) -> None:
+        """Start ``query``'s polled time at now, so polls that never succeed age it."""
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
 
     def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
         """Record a query's polled per-partition lag (`service.kafka.offsets.LagPoller`)."""

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from service.config import Settings
 from service.driver.lag import LaggedQuery, LagPoller
+from service.driver.metrics import IngestMetrics
 from service.kafka.offsets import PartitionStatus, partition_lag
 from service.lake.object_files import ObjectFiles
 
@@ -21,6 +23,9 @@ class Lags:
 
     def __init__(self) -> None:
         self.polled: dict[str, tuple[str, list[int]]] = {}
+
+    def kafka_lag_declared(self, query: str) -> None:
+        pass
 
     def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
         self.polled[query] = (topic, list(lags))
@@ -125,3 +130,34 @@ def test_an_unreadable_checkpoint_is_measured_from_the_offsets_last_read(tmp_pat
 
     assert {"ingest_sensors": ("sensors", [4])} == lags.polled
     assert "ingest_sensors: checkpoint unreadable" in logs[0]["problems"][0]
+
+
+def test_a_started_poller_whose_polls_fail_exports_its_start_as_the_last_poll(
+    tmp_path: Path,
+) -> None:
+    checkpoint = write_checkpoint(tmp_path / "cp", 0, {"sensors": {"0": 5}})
+    registry = CollectorRegistry()
+    poller = LagPoller(
+        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        lambda _topics: {"_error": "Kafka unreachable: timed out"},
+        ObjectFiles(Settings()),
+        IngestMetrics(registry, clock=lambda: 1_800_000_000.0),
+        from_earliest=True,
+        interval_seconds=300,
+    )
+
+    with capture_logs():
+        poller.start()
+        poller.stop()
+
+    # A restart whose polls never succeed still has a polled time to age (KafkaLagStale).
+    assert 1_800_000_000.0 == registry.get_sample_value(
+        "lakehouse_ingest_kafka_lag_polled_timestamp_seconds", {"query": "ingest_sensors"}
+    )
+    assert (
+        registry.get_sample_value(
+            "lakehouse_ingest_kafka_offsets_behind_latest",
+            {"query": "ingest_sensors", "topic": "sensors"},
+        )
+        is None
+    )
