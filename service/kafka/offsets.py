@@ -8,6 +8,7 @@ driver's lag poller (`service.driver.lag`) exports it on a timer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,20 +72,26 @@ def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> 
     )
 
 
-def broker_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, Any]:
-    """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable."""
+def broker_offsets(
+    consumer: Consumer, topics: Sequence[str], timeout_seconds: float = KAFKA_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """``{topic: {partition: (low, high)}}`` from the brokers, all asked within
+    ``timeout_seconds``; ``_error`` if unreachable."""
+    deadline = time.monotonic() + timeout_seconds
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
     result: dict[str, Any] = {}
     try:
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_SECONDS)
+            metadata = consumer.list_topics(topic, timeout=left())
             described = metadata.topics.get(topic)
             if described is None or described.error is not None:
                 result[topic] = {}
                 continue
             result[topic] = {
-                p: consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=KAFKA_TIMEOUT_SECONDS
-                )
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left())
                 for p in sorted(described.partitions)
             }
     except KafkaException as e:
