@@ -173,9 +173,10 @@ def test_every_stat_panel_has_a_unit() -> None:
         assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
 
 
-def test_the_alert_list_shows_the_selected_jobs_alerts() -> None:
+def test_the_alert_list_shows_the_selected_jobs_alerts_in_the_selected_namespaces() -> None:
     (alert_list,) = [p for p in panels() if p["type"] == "alertlist"]
-    assert '{job="$job"}' == alert_list["options"]["alertInstanceLabelFilter"]
+    expected = '{namespace=~"${namespace:regex}", job="$job"}'
+    assert expected == alert_list["options"]["alertInstanceLabelFilter"]
     assert alert_list["options"]["stateFilter"]["firing"] is True
 
 

@@ -151,8 +151,8 @@ def test_dashboard_has_a_query_variable_used_by_every_per_query_panel() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert (
-        'label_values(lakehouse_ingest_query_up{job="$job"}, query)'
-        == variables["query"]["definition"]
+        'label_values(lakehouse_ingest_query_up{namespace=~"$namespace",job="$job",'
+        'instance=~"$instance"}, query)' == variables["query"]["definition"]
     )
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
