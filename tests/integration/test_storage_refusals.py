@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from devstack import MinioServer
+from pydantic import SecretStr
 
 from service.config import Settings
 from service.errors import LakeReadError, StorageAccessDeniedError
@@ -26,7 +27,7 @@ def refused(minio_server: MinioServer) -> Settings:
         storage_root=ROOT,
         aws_endpoint_url=minio_server.endpoint_url,
         aws_access_key_id=minio_server.access_key,
-        aws_secret_access_key="not-the-secret-key",  # noqa: S106 - a wrong key on purpose
+        aws_secret_access_key=SecretStr("not-the-secret-key"),
     )
 
 
