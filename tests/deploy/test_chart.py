@@ -1213,7 +1213,20 @@ def test_the_toolbox_has_the_drivers_settings_secrets_volumes_and_account_with_l
     assert toolbox["automountServiceAccountToken"] is False, "it creates no executor pods"
     assert driver["securityContext"] == toolbox["securityContext"]
     assert driver_container["securityContext"] == container["securityContext"]
-    assert driver_container["resources"] == container["resources"]
+    # Its own, smaller requests (it schedules beside a running driver) and the driver's
+    # memory limit, for the commands that start Spark once the driver is stopped.
+    requests, driver_requests = (
+        container["resources"]["requests"],
+        driver_container["resources"]["requests"],
+    )
+    for resource in ("cpu", "memory", "ephemeral-storage"):
+        assert quantity_bytes(str(requests[resource])) < quantity_bytes(
+            str(driver_requests[resource])
+        ), resource
+    assert driver_container["resources"]["limits"] == container["resources"]["limits"]
+    raised = render(values, False, "resources.limits.memory=6Gi")
+    (raised_container,) = toolbox_deployment(raised)["spec"]["template"]["spec"]["containers"]
+    assert {"memory": "6Gi"} == raised_container["resources"]["limits"]
     # Settings: the driver's, with Spark local[*] in the toolbox's own pod.
     settings = driver_settings(manifests)["data"]
     local = toolbox_settings(manifests)["data"]
@@ -1234,7 +1247,9 @@ def test_the_toolbox_has_the_drivers_settings_secrets_volumes_and_account_with_l
     driver_volumes = {
         v["name"]: v for v in driver["volumes"] if v["name"] not in CLUSTER_ONLY_VOLUMES
     }
-    assert driver_volumes == volumes
+    scratch = volumes.pop("scratch")
+    assert chart_values()["toolbox"]["scratchSizeLimit"] == scratch["emptyDir"]["sizeLimit"]
+    assert {k: v for k, v in driver_volumes.items() if k != "scratch"} == volumes
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     driver_mounts = {
         m["mountPath"]: m
