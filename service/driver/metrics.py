@@ -278,6 +278,14 @@ class IngestMetrics:
             ["query", "topic"],
             registry=registry,
         )
+        self.kafka_retention_headroom = Gauge(
+            f"{PREFIX}_kafka_retention_headroom_records",
+            "Records retention can delete before it deletes one the query has not read: the "
+            "next offset to read minus the log start, least over the partitions with records "
+            "waiting (negative: deleted unread).",
+            ["query", "topic"],
+            registry=registry,
+        )
         self.kafka_lag_polled_at = Gauge(
             f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
             "When a query's Kafka lag was last polled successfully (the poller's start "
@@ -541,8 +549,13 @@ class IngestMetrics:
         """Start ``query``'s polled time at now, so polls that never succeed age it."""
         self.kafka_lag_polled_at.labels(query).set(self._clock())
 
-    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
-        """Record a query's polled per-partition lag (`service.kafka.offsets.LagPoller`)."""
+    def kafka_lag_polled(
+        self, query: str, topic: str, lags: Sequence[int], headroom: int | None = None
+    ) -> None:
+        """Record a query's polled per-partition lag and its retention headroom
+        (`service.driver.lag.LagPoller`)."""
+        if headroom is not None:
+            self.kafka_retention_headroom.labels(query, topic).set(headroom)
         for stat, value in (
             ("min", min(lags)),
             ("avg", sum(lags) / len(lags)),

@@ -55,6 +55,24 @@ def partition_lag(
     return result
 
 
+def retention_headroom(
+    committed: Mapping[int, int],
+    watermarks: Mapping[int, tuple[int, int]] | None,
+    from_earliest: bool = True,
+) -> int | None:
+    """The records retention can still delete from a topic before it deletes one the query
+    has not read: per partition, the next offset to read minus the log start offset; the
+    least over the partitions with records waiting (a partition read to its end has
+    nothing at risk, so then the least over all). Negative: records already deleted unread.
+    None without the brokers' offsets."""
+    waiting: list[int] = []
+    read: list[int] = []
+    for p, (low, high) in (watermarks or {}).items():
+        start = committed.get(p, low if from_earliest else high)
+        (waiting if high > start else read).append(start - low)
+    return min(waiting or read) if waiting or read else None
+
+
 def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> Consumer:
     """A librdkafka consumer that only asks for watermarks (joins no group, commits nothing).
 

@@ -181,8 +181,8 @@ def test_the_alert_list_shows_the_selected_jobs_alerts_in_the_selected_namespace
 
 
 def test_the_dashboard_answers_are_we_losing_data() -> None:
-    """The reconcile's outcome, skipped offsets, total lag and the lag poll's age, and the
-    maintenance state are on it."""
+    """The reconcile's outcome, skipped offsets, total lag, the lag poll's age, the retention
+    headroom, and the maintenance state are on it."""
     queried = " ".join(t["expr"] for p in panels() for t in p.get("targets", []))
     for metric in (
         "lakehouse_ingest_reconcile_checks_total",
@@ -192,6 +192,7 @@ def test_the_dashboard_answers_are_we_losing_data() -> None:
         "lakehouse_ingest_kafka_offsets_skipped_total",
         "lakehouse_ingest_kafka_offsets_behind_latest",
         "lakehouse_ingest_kafka_lag_polled_timestamp_seconds",
+        "lakehouse_ingest_kafka_retention_headroom_records",
         "lakehouse_ingest_maintenance_failures_total",
         "lakehouse_ingest_maintenance_last_success_timestamp_seconds",
         "lakehouse_ingest_table_files",

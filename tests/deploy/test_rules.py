@@ -113,7 +113,7 @@ def exported_names() -> set[str]:
     query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)
-    metrics.kafka_lag_polled(query.name, query.topic, [0])
+    metrics.kafka_lag_polled(query.name, query.topic, [0], 100)
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
     # The families that exist only once something happened: a reconcile check, a skip at
