@@ -1513,3 +1513,11 @@ def test_a_contract_written_as_yaml_meets_yaml_1_1_and_the_service_says_where(
     mounted.write_text(_contract_files(render(str(values), False))["readings.json"])
     with pytest.raises(ContractError, match=r"readings\.json: .* at /allOf/2/then/required/1"):
         read_contract(mounted)
+
+
+def test_each_release_commits_to_its_own_consumer_group_unless_config_names_one() -> None:
+    group = "INGEST_KAFKA_CONSUMER_GROUP"
+    data = driver_settings(render(None, False))["data"]
+    assert f"{NAMESPACE}/{RELEASE_JOB}" == data[group]
+    kept = driver_settings(render(None, False, f"config.{group}=lakehouse-ingest"))["data"]
+    assert "lakehouse-ingest" == kept[group]

@@ -269,6 +269,10 @@ INGEST_KAFKA_SSL_CA_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafka
 INGEST_KAFKA_SSL_KEYSTORE_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafkaClientDir" .) .Values.kafka.clientKey | quote }}
 {{- end }}
 INGEST_STORAGE_ROOT: {{ .Values.storage.root | quote }}
+{{- if not (hasKey .Values.config "INGEST_KAFKA_CONSUMER_GROUP") }}
+{{- /* One consumer group per release (Kafka's lag tools read it; the service never does). */}}
+INGEST_KAFKA_CONSUMER_GROUP: {{ printf "%s/%s" .Release.Namespace (include "lakehouse-ingest.fullname" .) | quote }}
+{{- end }}
 {{- if .Values.contracts }}
 INGEST_CONTRACTS_DIR: "/etc/lakehouse-ingest/contracts"
 {{- end }}
