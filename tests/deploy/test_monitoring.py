@@ -99,6 +99,27 @@ def test_every_alert_fires_in_a_test_that_checks_a_meaningful_summary() -> None:
             assert "{{" not in text and "<no value>" not in text, (name, text)
 
 
+def test_every_alert_fires_in_a_case_that_starts_from_a_restart() -> None:
+    """A case with a driver whose series end (stale) or begin mid-test (`_`): what a
+    restart looks like to Prometheus. Series a new driver declares at start let each alert
+    fire from there."""
+
+    def restarts(test: dict[str, Any]) -> bool:
+        return any(
+            "stale" in str(s["values"]) or str(s["values"]).startswith("_")
+            for s in test["input_series"]
+        )
+
+    fired = {
+        case["alertname"]
+        for test in unit_tests()
+        if restarts(test)
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert set() == {rule["alert"] for rule in alert_rules()} - fired
+
+
 def test_the_absent_case_has_a_summary_without_the_missing_query_label() -> None:
     absent_cases = [
         alert
