@@ -20,6 +20,14 @@ KAFKA_POM_HASH := $(shell sha256sum deploy/jvm/kafka/pom.xml 2>/dev/null | cut -
 MINIO_HASH     := $(shell echo $(MINIO_MODULE) | sha256sum | cut -c1-16)
 # Pinned helm, built with `go install` (no binary downloads); used by tests/deploy.
 HELM_VERSION := v3.21.4
+# promtool of the Prometheus that compose and the chart's docs pin (3.5.0: its Go module
+# is tagged v0.305.0), besides Debian's 2.x: the alert rules' unit tests run on both.
+# Built in a throw-away module (the prometheus module's replace directives refuse
+# `go install pkg@version`).
+PROMETHEUS_MODULE_VERSION := v0.305.0
+# Pinned Alertmanager and amtool (the version compose runs), built with `go install`;
+# tests/deploy check the shipped Alertmanager configuration with them.
+ALERTMANAGER_VERSION := v0.28.1
 # What helm's own release build stamps in (version, and the Kubernetes version of its
 # k8s.io modules, the default of `helm template`); tests pass --kube-version anyway.
 HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
@@ -76,7 +84,21 @@ $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH):
 	touch $@
 
 # hadolint, the Compose-spec and Kubernetes schemas come with the venv (pyproject dev extras).
-tools: $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION)
+tools: $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION) $(LAKEHOUSE_CACHE)/bin/.stamp-alertmanager-$(ALERTMANAGER_VERSION) \
+  $(LAKEHOUSE_CACHE)/bin/.stamp-promtool-$(PROMETHEUS_MODULE_VERSION)
+$(LAKEHOUSE_CACHE)/bin/.stamp-promtool-$(PROMETHEUS_MODULE_VERSION):
+	mkdir -p $(LAKEHOUSE_CACHE)/bin
+	build=$$(mktemp -d) && cd $$build && go mod init promtool-build && \
+	  GOFLAGS=-mod=mod go get github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MODULE_VERSION) && \
+	  CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o $(LAKEHOUSE_CACHE)/bin/promtool-3 \
+	    github.com/prometheus/prometheus/cmd/promtool && rm -rf $$build
+	touch $@
+$(LAKEHOUSE_CACHE)/bin/.stamp-alertmanager-$(ALERTMANAGER_VERSION):
+	mkdir -p $(LAKEHOUSE_CACHE)/bin
+	GOBIN=$(LAKEHOUSE_CACHE)/bin CGO_ENABLED=0 GOFLAGS=-mod=mod go install \
+	  github.com/prometheus/alertmanager/cmd/alertmanager@$(ALERTMANAGER_VERSION) \
+	  github.com/prometheus/alertmanager/cmd/amtool@$(ALERTMANAGER_VERSION)
+	touch $@
 $(LAKEHOUSE_CACHE)/bin/.stamp-helm-$(HELM_VERSION):
 	mkdir -p $(LAKEHOUSE_CACHE)/bin
 	GOBIN=$(LAKEHOUSE_CACHE)/bin CGO_ENABLED=0 GOFLAGS=-mod=mod go install -ldflags "$(HELM_LDFLAGS)" \

@@ -280,8 +280,9 @@ class Settings(BaseSettings):
     # instead of refusing to start (`service.kafka.lost_offsets`).
     kafka_skip_lost_offsets: bool = False
     # The consumer group the checkpoint's offsets are committed to after each batch, for
-    # Kafka's own lag tools (never read back); empty: none.
-    kafka_consumer_group: str = "lakehouse-ingest"
+    # Kafka's own lag tools (never read back); unset: one per storage root
+    # (`consumer_group`); empty: none.
+    kafka_consumer_group: str | None = None
     # How long the start waits for the brokers to answer before it gives up (exit 4).
     kafka_connect_timeout_seconds: float = Field(default=30.0, gt=0)
     kafka_max_offsets_per_trigger: int = Field(default=500_000, gt=0)
@@ -508,6 +509,14 @@ class Settings(BaseSettings):
     def storage_uri(self) -> str:
         """Storage root as a URI Spark and Hadoop accept (local paths made absolute)."""
         return _as_uri(self.storage_root)
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group the checkpoint's offsets are copied to: the setting, else
+        ``lakehouse-ingest:<storage root URI>``, one per lake ("" = none)."""
+        if self.kafka_consumer_group is not None:
+            return self.kafka_consumer_group
+        return f"lakehouse-ingest:{self.storage_uri}"
 
     @property
     def checkpoint_uri(self) -> str:

@@ -3,7 +3,10 @@
 Spark reports a failed job or query as one long text (the JVM exception, its causes and
 the query plan). Two causes in it have a clear remedy and get their own error and
 message: the storage refusing the driver (HTTP 401/403) and a full local directory.
-The lease, taken through boto3 before any Spark job, names a refusal the same way.
+Which storage client meets a refusal first is a race, so each one's wording is read
+into the same error: s3a's (Spark's tables and checkpoints), pyarrow's (the checkpoint
+files the writers read, `service.lake.object_files`), delta-rs's, and boto3's (the
+lease, taken before any Spark job).
 """
 
 from __future__ import annotations
@@ -23,6 +26,19 @@ _HTTP_STATUS = re.compile(r"Status Code: (\d{3})")
 # name: "s3a://…/offsets/4: getFileStatus on …: S3Exception: … Status Code: 403 …".
 _HTTP_DENIED = re.compile(r"Status Code: 40[13]\b")
 _S3A_PATH = re.compile(r"s3a://[^\s:]+")
+# pyarrow's S3 filesystem: "When reading information for key 'K' in bucket 'B': AWS Error
+# ACCESS_DENIED during HeadObject operation" (its codes for an HTTP 403).
+_PYARROW_DENIED = re.compile(
+    r"for key '([^']*)' in bucket '([^']*)': AWS Error "
+    r"(ACCESS_DENIED|SIGNATURE_DOES_NOT_MATCH|INVALID_ACCESS_KEY_ID)\b"
+)
+# delta-rs (object_store): "lacked the necessary privileges to complete for path K …
+# 403 Forbidden … <Code>SignatureDoesNotMatch</Code>".
+_DELTA_RS_DENIED = re.compile(
+    r"lacked the necessary privileges to complete for path (\S+).*?\b(40[13]) "
+    r"(?:Forbidden|Unauthorized)(?:.*?<Code>(\w+)</Code>)?",
+    re.S,
+)
 _NO_SPACE = "No space left on device"
 # Spark's default when neither spark.local.dir nor SPARK_LOCAL_DIRS is set.
 _DEFAULT_LOCAL_DIR = "/tmp"
@@ -33,6 +49,14 @@ def storage_access_denied(error: str, roots: Sequence[str]) -> StorageAccessDeni
 
     ``roots`` are the lake's storage and checkpoint roots (URIs).
     """
+    outcome = "The batch is not committed to its checkpoint and replays exactly once on restart"
+    if (pyarrow := _PYARROW_DENIED.search(error)) is not None:
+        key, bucket, code = pyarrow.groups()
+        return _refused(f"s3a://{bucket}/{key}", f"403 {_camel(code)}", outcome)
+    if (delta_rs := _DELTA_RS_DENIED.search(error)) is not None:
+        key, status_code, code = delta_rs.groups()
+        status_text = f"{status_code} {code}" if code else status_code
+        return _refused(_with_bucket(key, roots), status_text, outcome)
     denied = _ACCESS_DENIED.search(error)
     if denied is not None:
         path = _with_bucket(denied.group(1), roots)
@@ -41,11 +65,13 @@ def storage_access_denied(error: str, roots: Sequence[str]) -> StorageAccessDeni
     else:
         return None
     status = _HTTP_STATUS.search(error)
-    return _refused(
-        path,
-        status.group(1) if status else None,
-        "The batch is not committed to its checkpoint and replays exactly once on restart",
-    )
+    return _refused(path, status.group(1) if status else None, outcome)
+
+
+def _camel(code: str) -> str:
+    """pyarrow's error code as S3 spells it (``SIGNATURE_DOES_NOT_MATCH`` →
+    ``SignatureDoesNotMatch``; ``ACCESS_DENIED`` → ``AccessDenied``)."""
+    return "".join(word.capitalize() for word in code.split("_"))
 
 
 def _with_bucket(path: str, roots: Sequence[str]) -> str:

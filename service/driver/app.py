@@ -103,7 +103,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             q.name: checkpoint_location(settings, q.name) for q in ingest_queries(settings)
         }
         components.start(CaughtUpKeeper(checkpoints, ObjectFiles(settings), metrics))
-        if settings.kafka_consumer_group:
+        if settings.consumer_group:
             committer = ConsumerGroupCommitter(
                 settings, checkpoints, ObjectFiles(settings), metrics
             )

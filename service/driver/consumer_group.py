@@ -3,7 +3,8 @@
 Spark never commits offsets to Kafka (SPARK-27549 was closed unmerged), so
 ``kafka-consumer-groups.sh``, Burrow, kafka-lag-exporter and Kafka UIs saw nothing of
 this service. The driver commits each ingest query's checkpoint offsets to the consumer
-group ``INGEST_KAFKA_CONSUMER_GROUP`` after every committed micro-batch (Spark reports a
+group ``INGEST_KAFKA_CONSUMER_GROUP`` (default: one per storage root,
+`Settings.consumer_group`) after every committed micro-batch (Spark reports a
 batch's progress once it is in the checkpoint), and at start the offsets the checkpoint
 holds then. Best effort: a failed commit is counted, logged once until one succeeds, and
 retried with the next; the group's offsets are never read back, the checkpoint stays the
@@ -51,7 +52,7 @@ class ConsumerGroupCommitter:
         files: CheckpointFiles,
         sink: GroupSink,
     ) -> None:
-        self.group = settings.kafka_consumer_group
+        self.group = settings.consumer_group
         self._consumer = Consumer(
             {
                 **settings.kafka.librdkafka_config(),

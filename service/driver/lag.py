@@ -3,7 +3,8 @@
 Spark reports a Kafka source's lag only when a micro-batch ends, so a slow batch
 hid a growing backlog (the gauge read 0 while 8,180 records waited). The poller
 measures it from the brokers and each checkpoint (`service.kafka.offsets`) every
-``INGEST_LAG_POLL_SECONDS`` instead.
+``INGEST_LAG_POLL_SECONDS`` instead, and with it the retention headroom: how far the
+next offset to read is from the log start, which retention moves up.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 import structlog
 
 from service.background import PeriodicWorker
-from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS, partition_lag
+from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS, partition_lag, retention_headroom
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
 
 log = structlog.get_logger(__name__)
@@ -24,7 +25,10 @@ log = structlog.get_logger(__name__)
 class LagSink(Protocol):
     """Where polled lag goes (`service.driver.metrics.IngestMetrics` in the driver)."""
 
-    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None: ...
+    def kafka_lag_declared(self, query: str) -> None: ...
+    def kafka_lag_polled(
+        self, query: str, topic: str, lags: Sequence[int], headroom: int | None
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,12 @@ class LagPoller:
                 problems.append(f"{query.name}: checkpoint unreadable: {e}")
                 if query.name not in self._committed:
                     continue
-            partitions = partition_lag(
-                self._committed[query.name], latest.get(query.topic), self._from_earliest
-            )
+            committed, ends = self._committed[query.name], latest.get(query.topic)
+            partitions = partition_lag(committed, ends, self._from_earliest)
             lags = [p.lag for p in partitions if p.lag is not None]
             if partitions and len(lags) == len(partitions):
-                self._sink.kafka_lag_polled(query.name, query.topic, lags)
+                headroom = retention_headroom(committed, ends, self._from_earliest)
+                self._sink.kafka_lag_polled(query.name, query.topic, lags, headroom)
             else:
                 problems.append(f"{query.name}: no offsets from the brokers for {query.topic}")
         return problems
@@ -99,7 +103,10 @@ class LagPoller:
         return self._worker.run_once()
 
     def start(self) -> None:
-        """Poll now and then every interval until `stop`."""
+        """Declare every query's lag as polled now (a restart whose polls never succeed
+        ages it: KafkaLagStale), then poll now and every interval until `stop`."""
+        for query in self._queries:
+            self._sink.kafka_lag_declared(query.name)
         self._worker.start()
 
     def stop(self) -> None:

@@ -56,6 +56,8 @@ class ReconcileSink(Protocol):
 
     def reconcile_failed(self) -> None: ...
 
+    def reconcile_declared(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Cursor:
@@ -172,7 +174,9 @@ class LakeAuditor:
         return report
 
     def start(self) -> None:
-        """Check every interval until `stop` (the first check after one interval)."""
+        """Check every interval until `stop` (the first check after one interval); the
+        start counts as the last check, so a first check that hangs ages it (ReconcileStale)."""
+        self._sink.reconcile_declared()
         self._worker.start()
 
     def stop(self) -> None:

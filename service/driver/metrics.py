@@ -15,6 +15,9 @@ latest offset), or an idle event (nothing new to read). ``time() -
 lakehouse_ingest_freshness_timestamp_seconds`` is therefore an upper bound of
 how far the tables trail Kafka; unlike the newest record's Kafka timestamp it
 does not flag a quiet topic as stale, and it needs no extra aggregation job.
+A watermark moves only with events, so a watermarked query's idle events are
+exported apart (``basis="idle"``: its input had nothing new): the alert counts a
+gold query that idles as fresh, whatever its watermark.
 
 Table maintenance (`service.lake.maintenance`) is reported per ``table`` by
 `MaintenanceMetrics`, which `IngestMetrics` registers (``.maintenance``) and the
@@ -275,9 +278,18 @@ class IngestMetrics:
             ["query", "topic"],
             registry=registry,
         )
+        self.kafka_retention_headroom = Gauge(
+            f"{PREFIX}_kafka_retention_headroom_records",
+            "Records retention can delete before it deletes one the query has not read: the "
+            "next offset to read minus the log start, least over the partitions with records "
+            "waiting (negative: deleted unread).",
+            ["query", "topic"],
+            registry=registry,
+        )
         self.kafka_lag_polled_at = Gauge(
             f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
-            "When a query's Kafka lag was last polled successfully.",
+            "When a query's Kafka lag was last polled successfully (the poller's start "
+            "until its first success).",
             ["query"],
             registry=registry,
         )
@@ -310,7 +322,8 @@ class IngestMetrics:
         )
         self.reconcile_last_check = Gauge(
             f"{PREFIX}_reconcile_last_check_timestamp_seconds",
-            "Unix time the driver's last periodic reconcile check completed.",
+            "Unix time the driver's last periodic reconcile check completed (the checks' "
+            "start until the first completes; 0: checks off).",
             registry=registry,
         )
         self.kafka_offsets_skipped = Counter(
@@ -328,7 +341,8 @@ class IngestMetrics:
         self.freshness = Gauge(
             f"{PREFIX}_freshness_timestamp_seconds",
             "Time up to which a query's output is complete: its event-time watermark "
-            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up).",
+            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up); "
+            "a watermarked query's last idle trigger, its input empty (basis=idle).",
             ["query", "basis"],
             registry=registry,
         )
@@ -401,9 +415,12 @@ class IngestMetrics:
         self._alive(query)
 
     def query_idle(self, query: str, watermarked: bool) -> None:
-        """Record that ``query`` is alive with nothing new to read (so caught up with Kafka)."""
+        """Record that ``query`` is alive with nothing new to read: caught up with Kafka,
+        or for a ``watermarked`` query (whose watermark stands still) its input empty."""
         now = self._alive(query)
-        if not watermarked:
+        if watermarked:
+            self.freshness.labels(query, "idle").set(now)
+        else:
             self._caught_up_at(query, now)
 
     def _caught_up_at(self, query: str, at: float) -> None:
@@ -448,6 +465,10 @@ class IngestMetrics:
             self.reconcile_records.labels(table).inc(count)
         self.reconcile_last_check.set(self._clock())
         self.reconcile_duration.set(max(0.0, duration_seconds))
+
+    def reconcile_declared(self) -> None:
+        """Start the last-check time at now, so a first check that never completes ages it."""
+        self.reconcile_last_check.set(self._clock())
 
     def offsets_skipped(self, topic: str, count: int) -> None:
         """Record ``count`` offsets of ``topic`` skipped at start (`service.kafka.lost_offsets`)."""
@@ -524,8 +545,17 @@ class IngestMetrics:
         with self._lock:
             return self._records_waiting.get(query)
 
-    def kafka_lag_polled(self, query: str, topic: str, lags: Sequence[int]) -> None:
-        """Record a query's polled per-partition lag (`service.kafka.offsets.LagPoller`)."""
+    def kafka_lag_declared(self, query: str) -> None:
+        """Start ``query``'s polled time at now, so polls that never succeed age it."""
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
+
+    def kafka_lag_polled(
+        self, query: str, topic: str, lags: Sequence[int], headroom: int | None = None
+    ) -> None:
+        """Record a query's polled per-partition lag and its retention headroom
+        (`service.driver.lag.LagPoller`)."""
+        if headroom is not None:
+            self.kafka_retention_headroom.labels(query, topic).set(headroom)
         for stat, value in (
             ("min", min(lags)),
             ("avg", sum(lags) / len(lags)),

@@ -8,6 +8,7 @@ driver's lag poller (`service.driver.lag`) exports it on a timer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,24 @@ def partition_lag(
     return result
 
 
+def retention_headroom(
+    committed: Mapping[int, int],
+    watermarks: Mapping[int, tuple[int, int]] | None,
+    from_earliest: bool = True,
+) -> int | None:
+    """The records retention can still delete from a topic before it deletes one the query
+    has not read: per partition, the next offset to read minus the log start offset; the
+    least over the partitions with records waiting (a partition read to its end has
+    nothing at risk, so then the least over all). Negative: records already deleted unread.
+    None without the brokers' offsets."""
+    waiting: list[int] = []
+    read: list[int] = []
+    for p, (low, high) in (watermarks or {}).items():
+        start = committed.get(p, low if from_earliest else high)
+        (waiting if high > start else read).append(start - low)
+    return min(waiting or read) if waiting or read else None
+
+
 def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> Consumer:
     """A librdkafka consumer that only asks for watermarks (joins no group, commits nothing).
 
@@ -71,20 +90,26 @@ def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> 
     )
 
 
-def broker_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, Any]:
-    """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable."""
+def broker_offsets(
+    consumer: Consumer, topics: Sequence[str], timeout_seconds: float = KAFKA_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """``{topic: {partition: (low, high)}}`` from the brokers, all asked within
+    ``timeout_seconds``; ``_error`` if unreachable."""
+    deadline = time.monotonic() + timeout_seconds
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
     result: dict[str, Any] = {}
     try:
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_SECONDS)
+            metadata = consumer.list_topics(topic, timeout=left())
             described = metadata.topics.get(topic)
             if described is None or described.error is not None:
                 result[topic] = {}
                 continue
             result[topic] = {
-                p: consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=KAFKA_TIMEOUT_SECONDS
-                )
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left())
                 for p in sorted(described.partitions)
             }
     except KafkaException as e:

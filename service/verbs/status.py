@@ -43,6 +43,9 @@ from service.streaming.queries import checkpoint_location
 from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
 
 T = TypeVar("T")
+# How long `status` waits for the brokers' offsets in all: an on-call answer in seconds
+# even when no broker answers (the rest is printed, the lag says why it is missing).
+KAFKA_STATUS_SECONDS = 2.5
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ def collect_status(settings: Settings) -> Status:
     gold = gold_queries() if settings.gold_enabled else []
     consumer = offsets_consumer(settings)
     try:
-        latest = broker_offsets(consumer, [q.topic for q in queries])
+        latest = broker_offsets(consumer, [q.topic for q in queries], KAFKA_STATUS_SECONDS)
     finally:
         consumer.close()
     from_earliest = settings.kafka_starting_offsets == "earliest"

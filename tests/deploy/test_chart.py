@@ -1212,7 +1212,20 @@ def test_the_toolbox_has_the_drivers_settings_secrets_volumes_and_account_with_l
     assert toolbox["automountServiceAccountToken"] is False, "it creates no executor pods"
     assert driver["securityContext"] == toolbox["securityContext"]
     assert driver_container["securityContext"] == container["securityContext"]
-    assert driver_container["resources"] == container["resources"]
+    # Its own, smaller requests (it schedules beside a running driver) and the driver's
+    # memory limit, for the commands that start Spark once the driver is stopped.
+    requests, driver_requests = (
+        container["resources"]["requests"],
+        driver_container["resources"]["requests"],
+    )
+    for resource in ("cpu", "memory", "ephemeral-storage"):
+        assert quantity_bytes(str(requests[resource])) < quantity_bytes(
+            str(driver_requests[resource])
+        ), resource
+    assert driver_container["resources"]["limits"] == container["resources"]["limits"]
+    raised = render(values, False, "resources.limits.memory=6Gi")
+    (raised_container,) = toolbox_deployment(raised)["spec"]["template"]["spec"]["containers"]
+    assert {"memory": "6Gi"} == raised_container["resources"]["limits"]
     # Settings: the driver's, with Spark local[*] in the toolbox's own pod.
     settings = driver_settings(manifests)["data"]
     local = toolbox_settings(manifests)["data"]
@@ -1233,7 +1246,9 @@ def test_the_toolbox_has_the_drivers_settings_secrets_volumes_and_account_with_l
     driver_volumes = {
         v["name"]: v for v in driver["volumes"] if v["name"] not in CLUSTER_ONLY_VOLUMES
     }
-    assert driver_volumes == volumes
+    scratch = volumes.pop("scratch")
+    assert chart_values()["toolbox"]["scratchSizeLimit"] == scratch["emptyDir"]["sizeLimit"]
+    assert {k: v for k, v in driver_volumes.items() if k != "scratch"} == volumes
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     driver_mounts = {
         m["mountPath"]: m
@@ -1516,3 +1531,11 @@ def test_a_contract_written_as_yaml_values_is_refused_at_render_saying_how_to_gi
         " JSON below it), not as YAML values: Helm sorts their keys, which would reorder the"
         " contract's properties (docs/deploy.md)"
     ) in result.stderr
+
+
+def test_each_release_commits_to_its_own_consumer_group_unless_config_names_one() -> None:
+    group = "INGEST_KAFKA_CONSUMER_GROUP"
+    data = driver_settings(render(None, False))["data"]
+    assert f"{NAMESPACE}/{RELEASE_JOB}" == data[group]
+    kept = driver_settings(render(None, False, f"config.{group}=lakehouse-ingest"))["data"]
+    assert "lakehouse-ingest" == kept[group]

@@ -239,3 +239,20 @@ def test_consoles_with_default_credentials_listen_on_loopback_only() -> None:
         assert published[key].startswith("127.0.0.1:"), published[key]
     spark_ui = int(services()["ingest"]["environment"]["INGEST_SPARK_UI_PORT"])
     assert f"127.0.0.1:{spark_ui}:{spark_ui}" in services()["ingest"]["ports"]
+
+
+def test_prometheus_alerts_the_alertmanager_that_runs_the_charts_configuration() -> None:
+    prometheus = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    (target,) = prometheus["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert "alertmanager:9093" == target
+    alertmanager = services()["alertmanager"]
+    makefile = (REPO / "Makefile").read_text()
+    pinned = re.search(r"^ALERTMANAGER_VERSION := (\S+)$", makefile, re.M)
+    assert pinned is not None
+    assert f"prom/alertmanager:{pinned.group(1)}" == alertmanager["image"]
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in alertmanager["volumes"]}
+    config_dir = (REPO / mounts["/etc/alertmanager"]).resolve()
+    assert REPO / "helm/lakehouse-ingest/files/alertmanager" == config_dir
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in alertmanager["command"]
+    assert "127.0.0.1:9093:9093" in alertmanager["ports"]
+    assert "service_healthy" == services()["prometheus"]["depends_on"]["alertmanager"]["condition"]

@@ -1,7 +1,8 @@
 """Alert rules (promtool), their runbooks, and the dashboard's use of real metric names.
 
 The rules and the dashboard have one copy each, inside the Helm chart (Helm reads only
-the chart's files); the promtool unit tests are deploy/prometheus/alerts_test.yml.
+the chart's files); the promtool unit tests are deploy/prometheus/alerts_test.yml, run
+with Debian's promtool and with the one of the Prometheus compose pins (`make tools`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from pyspark.sql.streaming.listener import QueryProgressEvent
 
+from service.config import default_cache_dir
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.ingest.query import IngestQuery
 from service.lake.tables import SHIPPED
@@ -40,9 +42,19 @@ REQUIRED_ALERTS = {
 }
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("promtool")
-    assert binary, "promtool not installed: run `make prometheus`"
+# Debian's promtool (2.x, `make prometheus`) and the one of the Prometheus compose pins
+# (3.x, `make tools`): range selectors and staleness changed between them.
+PROMTOOLS = ("debian", "pinned")
+
+
+def promtool(*args: str, which: str = "debian") -> subprocess.CompletedProcess[str]:
+    if which == "debian":
+        binary = shutil.which("promtool")
+        assert binary, "promtool not installed: run `make prometheus`"
+    else:
+        pinned = default_cache_dir() / "bin" / "promtool-3"
+        assert pinned.exists(), f"{pinned} missing: run `make tools`"
+        binary = str(pinned)
     return subprocess.run(
         [binary, *args], cwd=PROMETHEUS, capture_output=True, text=True, check=False
     )
@@ -53,8 +65,9 @@ def alert_rules() -> list[dict[str, Any]]:
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
-def test_promtool_check_rules_accepts_the_alert_rules() -> None:
-    result = promtool("check", "rules", str(RULES))
+@pytest.mark.parametrize("which", PROMTOOLS)
+def test_promtool_check_rules_accepts_the_alert_rules(which: str) -> None:
+    result = promtool("check", "rules", str(RULES), which=which)
     assert 0 == result.returncode, result.stdout + result.stderr
 
 
@@ -63,9 +76,20 @@ def test_the_promtool_unit_tests_load_the_charts_rule_file() -> None:
     assert [RULES] == [(PROMETHEUS / path).resolve() for path in unit["rule_files"]]
 
 
-def test_promtool_unit_tests_of_the_alerts_pass() -> None:
-    result = promtool("test", "rules", "alerts_test.yml")
+@pytest.mark.parametrize("which", PROMTOOLS)
+def test_promtool_unit_tests_of_the_alerts_pass(which: str) -> None:
+    result = promtool("test", "rules", "alerts_test.yml", which=which)
     assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_the_pinned_promtool_is_the_prometheus_compose_runs() -> None:
+    """Prometheus 3.M.P's Go module is tagged v0.(300+M).P."""
+    makefile = (REPO / "Makefile").read_text()
+    module = re.search(r"^PROMETHEUS_MODULE_VERSION := v0\.3(\d\d)\.(\d+)$", makefile, re.M)
+    assert module is not None
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    image = compose["services"]["prometheus"]["image"]
+    assert f"prom/prometheus:v3.{int(module.group(1))}.{module.group(2)}" == image
 
 
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
@@ -113,7 +137,7 @@ def exported_names() -> set[str]:
     query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)
-    metrics.kafka_lag_polled(query.name, query.topic, [0])
+    metrics.kafka_lag_polled(query.name, query.topic, [0], 100)
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
     # The families that exist only once something happened: a reconcile check, a skip at
@@ -151,8 +175,8 @@ def test_dashboard_has_a_query_variable_used_by_every_per_query_panel() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert (
-        'label_values(lakehouse_ingest_query_up{job="$job"}, query)'
-        == variables["query"]["definition"]
+        'label_values(lakehouse_ingest_query_up{namespace=~"$namespace",job="$job",'
+        'instance=~"$instance"}, query)' == variables["query"]["definition"]
     )
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):

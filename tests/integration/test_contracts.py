@@ -108,8 +108,6 @@ DEVICES: dict[str, Any] = {
     },
 }
 
-# The consumer group the driver commits its checkpoint's offsets to (the default).
-GROUP = "lakehouse-ingest"
 NOW = datetime.now(UTC).replace(microsecond=0)
 VALID_ORDERS = 30
 PRIORITIES = {f"o-{i}": "high" if i % 2 else "low" for i in range(1, 11)}
@@ -294,7 +292,9 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     # The checkpoint's offsets, committed to the consumer group: Kafka's own tools see no lag.
     for topic in (orders_topic, devices_topic):
         ends = end_offsets(lake.bootstrap_servers, topic)
-        assert ends == group_offsets(lake.bootstrap_servers, GROUP, topic, ends), topic
+        assert ends == group_offsets(lake.bootstrap_servers, lake.consumer_group, topic, ends), (
+            topic
+        )
     assert total_orders == metric(
         metrics, "lakehouse_ingest_input_rows_total", query="ingest_orders"
     )
@@ -430,7 +430,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     # After the restart and its batch, the group holds the new end (o-50's offset + 1).
     ends = end_offsets(lake.bootstrap_servers, orders_topic)
     assert total_orders + 1 == sum(ends.values())
-    assert ends == group_offsets(lake.bootstrap_servers, GROUP, orders_topic, ends)
+    assert ends == group_offsets(lake.bootstrap_servers, lake.consumer_group, orders_topic, ends)
     assert [r.priority for r in rows(spark, lake, "silver/orders") if r.order_id == "o-50"] == [
         "high"
     ]

@@ -51,8 +51,6 @@ ALERTS = REPO / "helm" / "lakehouse-ingest" / "files" / "rules" / "alerts.yml"
 ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 # The scrape job of prometheus-test.yml.in (the dashboard's $job, the rules' job).
 JOB = "lakehouse-ingest"
-# The consumer group the driver commits its checkpoint's offsets to (the default).
-GROUP = "lakehouse-ingest"
 # Alerts on series that exist only once their event happened, so a healthy run has none;
 # each has its promtool unit test in ALERT_TESTS instead.
 EVENT_ONLY_ALERTS = {"KafkaOffsetsSkipped": "lakehouse_ingest_kafka_offsets_skipped_total"}
@@ -360,7 +358,9 @@ def _assert_the_consumer_group_holds_the_checkpoint(lake: Lake) -> None:
         ends = end_offsets(lake.bootstrap_servers, topic)
         _eventually(
             partial(
-                lambda t, e: group_offsets(lake.bootstrap_servers, GROUP, t, e) == e, topic, ends
+                lambda t, e: group_offsets(lake.bootstrap_servers, lake.consumer_group, t, e) == e,
+                topic,
+                ends,
             ),
             30,
             f"{topic}'s group offsets",

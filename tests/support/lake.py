@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from devstack import KafkaBroker, MinioServer
 from pyspark.sql import Column, SparkSession
 
-from service.config import Location
+from service.config import Location, Settings
 from service.lake.lakeview import LakeReader
 from service.lake.tables import SHIPPED
 from tests.support.kafka import Coordinates, topic_coordinates
@@ -83,6 +83,11 @@ class Lake:
                 }
             ),
         }
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group the service copies this lake's offsets to (its default)."""
+        return Settings(storage_root=self.storage_root).consumer_group
 
     def delta_rs_rows(self) -> dict[str, int]:
         """Rows of every table of the lake, read whole by delta-rs into Arrow and validated

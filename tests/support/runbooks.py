@@ -1,4 +1,4 @@
-"""The shell commands of docs/runbooks, read as an operator copies them."""
+"""The shell commands and the PromQL of docs/runbooks, read as an operator copies them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from tests.support.repo import REPO
 RUNBOOKS = REPO / "docs" / "runbooks"
 _BLOCK = re.compile(r"^( *)```bash\n(.*?)^\1```", re.M | re.S)
 _HEREDOC = re.compile(r"<<'(\w+)'")
+# An inline code span that names a metric: PromQL an operator pastes into Prometheus.
+_PROMQL = re.compile(r"(?<!`)`([^`\n]*(?:\blakehouse_ingest_\w+|\bup\{)[^`\n]*)`(?!`)")
+# The verbs that start a Spark JVM (`service.streaming.session.build_spark`): in the
+# driver's pod they would be a second JVM beside the driver's.
+SPARK_VERBS = ("run", "replay-quarantine", "migrate", "promote")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,38 @@ class Command:
         if self.words[:1] != ("kubectl",) or "exec" not in self.words or "--" not in self.words:
             return None
         return self.words[self.words.index("--") + 1 :]
+
+    @property
+    def exec_target(self) -> str | None:
+        """The Deployment ``kubectl … exec`` runs in (``$DEPLOY``, ``$TOOLBOX``), else None."""
+        if self.in_container is None:
+            return None
+        options = self.words[self.words.index("exec") + 1 : self.words.index("--")]
+        targets = [word for word in options if not word.startswith("-")]
+        return targets[0] if targets else None
+
+    @property
+    def starts_spark(self) -> bool:
+        """Whether it runs a `SPARK_VERBS` command in the service's container."""
+        ran = self.in_container or ()
+        return ran[:1] == ("lakehouse-ingest",) and ran[1:2] != () and ran[1] in SPARK_VERBS
+
+
+@dataclass(frozen=True)
+class PromQL:
+    """One PromQL expression of a runbook page (an inline code span naming a metric)."""
+
+    page: str
+    expr: str
+
+
+def runbook_promql() -> list[PromQL]:
+    """Every PromQL expression of every runbook, in page order."""
+    return [
+        PromQL(page.name, match.group(1))
+        for page in sorted(RUNBOOKS.glob("*.md"))
+        for match in _PROMQL.finditer(_BLOCK.sub("", page.read_text()))
+    ]
 
 
 def runbook_commands() -> list[Command]:

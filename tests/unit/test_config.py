@@ -53,6 +53,22 @@ def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.uses_s3
 
 
+def test_the_consumer_group_is_one_per_storage_root_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INGEST_STORAGE_ROOT", "s3a://bucket/lake-a")
+    lake_a = load_settings()
+    monkeypatch.setenv("INGEST_STORAGE_ROOT", "s3a://bucket/lake-b")
+    lake_b = load_settings()
+    assert "lakehouse-ingest:s3a://bucket/lake-a" == lake_a.consumer_group
+    assert "lakehouse-ingest:s3a://bucket/lake-b" == lake_b.consumer_group
+    # An upgraded deployment keeps the group its lag tools watch by setting it; "" = none.
+    monkeypatch.setenv("INGEST_KAFKA_CONSUMER_GROUP", "lakehouse-ingest")
+    assert "lakehouse-ingest" == load_settings().consumer_group
+    monkeypatch.setenv("INGEST_KAFKA_CONSUMER_GROUP", "")
+    assert "" == load_settings().consumer_group
+
+
 def test_yaml_file_is_read_and_environment_wins(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

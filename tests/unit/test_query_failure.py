@@ -120,3 +120,54 @@ def test_a_refused_write_named_by_its_key_alone_is_named_with_the_lake_s_bucket(
         )
     elsewhere = query_failure("q", spark_error, None, ("s3a://other/elsewhere",))
     assert "the storage lake/silver/sensor_duplicates/_delta_log/" in str(elsewhere)
+
+
+# What pyarrow and delta-rs raised against a real MinIO whose credentials the client did
+# not have (tests/integration/test_storage_refusals.py asks them again).
+PYARROW_REVOKED = (
+    "When reading information for key 'lake/_checkpoints/ingest_sensors/offsets/4' in bucket "
+    "'lakehouse': AWS Error ACCESS_DENIED during HeadObject operation: No response body."
+)
+DELTA_RS_REVOKED = (
+    "Kernel error -> The operation lacked the necessary privileges to complete for path "
+    "lake/bronze/sensors/_delta_log/_last_checkpoint\n  ↳ Error performing GET "
+    "http://127.0.0.1:41799/lakehouse/lake/bronze/sensors/_delta_log/_last_checkpoint in "
+    '23ms - Server returned non-2xx status code\n  ↳ 403 Forbidden\n  ↳ <?xml version="1.0" '
+    'encoding="UTF-8"?>\n<Error><Code>SignatureDoesNotMatch</Code><Message>The request '
+    "signature we calculated does not match"
+)
+
+
+def test_a_refusal_pyarrow_met_in_a_batch_is_the_same_error_as_s3as() -> None:
+    # The writer read the batch's offsets file through pyarrow; the query failed with its
+    # OSError inside the Python worker's traceback.
+    spark_error = (
+        "[STREAM_FAILED] Query [id = 2da3, runId = a6aa] terminated with exception: An "
+        "exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n  ...\nOSError: " + PYARROW_REVOKED
+    )
+    error = query_failure("ingest_sensors", spark_error, None, ROOTS)
+    assert isinstance(error, StorageAccessDeniedError)
+    assert str(error).startswith(
+        "query ingest_sensors stopped: the storage s3a://lakehouse refused this driver (HTTP "
+        "403 AccessDenied: its credentials were revoked or rotated, or lack permission) on "
+        "s3a://lakehouse/lake/_checkpoints/ingest_sensors/offsets/4. The batch"
+    )
+    signature = PYARROW_REVOKED.replace("ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH")
+    named = named_failure(signature, None, ROOTS)
+    assert isinstance(named, StorageAccessDeniedError)
+    assert "(HTTP 403 SignatureDoesNotMatch:" in str(named)
+    unreachable = PYARROW_REVOKED.replace("ACCESS_DENIED", "NETWORK_CONNECTION")
+    assert named_failure(unreachable, None, ROOTS) is None
+
+
+def test_a_refusal_delta_rs_met_is_the_same_error_as_s3as() -> None:
+    named = named_failure(DELTA_RS_REVOKED, None, ROOTS)
+    assert isinstance(named, StorageAccessDeniedError)
+    assert str(named).startswith(
+        "the storage s3a://lakehouse refused this driver (HTTP 403 SignatureDoesNotMatch: its "
+        "credentials were revoked or rotated, or lack permission) on "
+        "s3a://lakehouse/lake/bronze/sensors/_delta_log/_last_checkpoint."
+    )
+    throttled = DELTA_RS_REVOKED.replace("403 Forbidden", "503 Service Unavailable")
+    assert named_failure(throttled, None, ROOTS) is None

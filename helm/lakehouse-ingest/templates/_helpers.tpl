@@ -269,6 +269,10 @@ INGEST_KAFKA_SSL_CA_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafka
 INGEST_KAFKA_SSL_KEYSTORE_LOCATION: {{ printf "%s/%s" (include "lakehouse-ingest.kafkaClientDir" .) .Values.kafka.clientKey | quote }}
 {{- end }}
 INGEST_STORAGE_ROOT: {{ .Values.storage.root | quote }}
+{{- if not (hasKey .Values.config "INGEST_KAFKA_CONSUMER_GROUP") }}
+{{- /* One consumer group per release (Kafka's lag tools read it; the service never does). */}}
+INGEST_KAFKA_CONSUMER_GROUP: {{ printf "%s/%s" .Release.Namespace (include "lakehouse-ingest.fullname" .) | quote }}
+{{- end }}
 {{- if .Values.contracts }}
 INGEST_CONTRACTS_DIR: "/etc/lakehouse-ingest/contracts"
 {{- end }}
@@ -313,4 +317,23 @@ toString would print as 1e+06; toJson prints 1000000, 10000000000 and 0.5. */}}
 {{- $number := regexFind "^[0-9]+" $text }}
 {{- $unit := get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) (trimPrefix $number $text) | default 0 }}
 {{- mul (int64 (default "0" $number)) (int64 $unit) }}
+{{- end }}
+
+{{/* Whether the cluster serves the Prometheus Operator's AlertmanagerConfig. */}}
+{{- define "lakehouse-ingest.hasAlertmanagerConfigApi" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1alpha1/AlertmanagerConfig" }}true{{ end }}
+{{- end }}
+
+{{/* Alertmanager matcher strings (`name="value"`, `=~`, `!=`, `!~`) as AlertmanagerConfig
+matchers; one that does not parse fails the render. */}}
+{{- define "lakehouse-ingest.matchers" -}}
+{{- $pattern := `^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"(.*)"\s*$` }}
+{{- range . }}
+{{- if not (regexMatch $pattern .) }}
+{{- fail (printf "files/alertmanager/alertmanager.yml: matcher %q is not name<op>\"value\"" .) }}
+{{- end }}
+- name: {{ regexReplaceAll $pattern . "${1}" }}
+  matchType: {{ regexReplaceAll $pattern . "${2}" | quote }}
+  value: {{ regexReplaceAll $pattern . "${3}" | quote }}
+{{- end }}
 {{- end }}

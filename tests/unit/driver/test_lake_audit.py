@@ -127,3 +127,28 @@ def test_the_auditor_checks_what_was_committed_since_and_exports_the_outcome(
     assert 1 == value("lakehouse_ingest_reconcile_checks_total", result="broken")
     assert 1 == value("lakehouse_ingest_reconcile_problems")
     assert 23 == value("lakehouse_ingest_reconcile_records_checked_total", table="bronze/sensors")
+
+
+def test_a_started_auditor_counts_its_start_as_the_last_check_until_one_completes(
+    tmp_path: Path,
+) -> None:
+    checkpoint = tmp_path / "ingest_sensors"
+    commit(checkpoint, 0, {"sensors": {"0": 10}})
+    registry = CollectorRegistry()
+    metrics = IngestMetrics(registry, clock=lambda: 1_800_000_000.0)
+    auditor = LakeAuditor(
+        [AuditedTopic("sensors", f"file:{checkpoint}")],
+        ObjectFiles(Settings()),
+        lambda _increments: report([], 0, []),
+        metrics,
+        interval_seconds=300,
+    )
+    last_check = "lakehouse_ingest_reconcile_last_check_timestamp_seconds"
+    assert 0 == registry.get_sample_value(last_check)  # checks off: 0
+
+    auditor.start_from_committed()
+    auditor.start()
+    auditor.stop()
+
+    # A first check that hangs ages the driver's start (ReconcileStale), not a 0.
+    assert 1_800_000_000.0 == registry.get_sample_value(last_check)

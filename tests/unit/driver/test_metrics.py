@@ -223,7 +223,8 @@ def test_watermarked_query_reports_state_late_rows_and_watermark_freshness(
     assert watermark == registry.get_sample_value(
         "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "watermark"}
     )
-    # Idle does not move a watermark: no caught_up freshness for a watermarked query.
+    # Idle does not move a watermark: no caught_up freshness for a watermarked query, but
+    # its idle time (its input is empty), which the freshness alert counts as fresh.
     idle = {**recorded("idle.json"), "id": event["progress"]["id"]}
     listener.onQueryIdle(QueryIdleEvent.fromJson(idle))
     assert (
@@ -231,6 +232,12 @@ def test_watermarked_query_reports_state_late_rows_and_watermark_freshness(
             "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "caught_up"}
         )
         is None
+    )
+    assert clock.now == registry.get_sample_value(
+        "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "idle"}
+    )
+    assert watermark == registry.get_sample_value(
+        "lakehouse_ingest_freshness_timestamp_seconds", {**GOLD, "basis": "watermark"}
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from service.verbs.status import (
     Status,
     TableStatus,
     _query_status,
+    collect_status,
     table_status,
 )
 
@@ -316,3 +318,20 @@ def test_the_report_shows_each_tables_contract_and_what_the_next_start_applies()
         as_json["silver/devices"]["contract"],
         as_json["silver/devices"]["contract_file"],
     )
+
+
+def test_status_answers_within_5_seconds_when_no_broker_answers(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{closed.getsockname()[1]}"
+    settings = Settings(
+        storage_root=str(tmp_path / "lake"), kafka_bootstrap_servers=nobody, http_port=1
+    )
+
+    started = time.monotonic()
+    status = collect_status(settings)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 5.0, f"status took {elapsed:.1f} s"
+    errors = [e for q in status.queries for e in q.errors]
+    assert errors and all("Kafka unreachable" in e for e in errors), errors
