@@ -5,22 +5,21 @@ exactly (``schema_of_variant``), so quoted numbers, booleans and ``"NaN"`` are
 ``type_mismatch`` and integers are told apart from other numbers. Each rule is a
 `Violation`; `first_violation` picks the winner by the ``error_code`` precedence
 (docs/contract.md), then by field order. Decisions on edge cases, each checked on
-Spark 4.0: a value that is null or only JSON whitespace is ``empty_payload``;
-the size limit counts bytes (``octet_length``) before any parsing; invalid UTF-8,
-bare ``NaN``/``Infinity`` tokens, duplicate keys (ambiguous), leading zeros,
-trailing content after the document and nesting deeper than ~1000 levels are
-``malformed_json``; one leading byte-order mark is ignored (RFC 8259 §8.1);
-integers are JSON integers without fraction or exponent (``1.0`` is a
-``type_mismatch``), and an integral value beyond 64 bits is ``out_of_range``;
-numbers beyond double range (``1e400``) parse as infinity and fail range or
-finiteness rules. Timestamps are ISO-8601 strings (``T`` or space, optional
+Spark 4.2: a value that is null or only JSON whitespace is ``empty_payload``; the
+size limit counts bytes (``octet_length``) before any parsing; invalid UTF-8, bare
+``NaN``/``Infinity`` tokens, duplicate keys (ambiguous), leading zeros, trailing
+content after the document, a string escaping an unpaired UTF-16 surrogate and
+nesting deeper than ~1000 levels are ``malformed_json``; one leading byte-order mark
+is ignored (RFC 8259 §8.1); integers are JSON integers without fraction or exponent
+(``1.0`` is a ``type_mismatch``), and an integral value beyond 64 bits is
+``out_of_range``; numbers beyond double range (``1e400``) parse as infinity and fail
+range or finiteness rules. Timestamps are ISO-8601 strings (``T`` or space, optional
 fraction truncated to microseconds, ``Z``/``±hh``/``±hhmm``/``±hh:mm``, no zone =
 UTC) or integer epoch milliseconds within years 1-9999; anything else is a
-``type_mismatch``. Empty strings are ``invalid_value`` only where the contract
-says non-empty or enumerates values. Unknown top-level fields go to
-``_rescued`` as a JSON object with keys sorted and values re-serialised with
-their JSON types (``1.50`` becomes ``1.5``); unknown fields nested in known
-objects are not rescued.
+``type_mismatch``. Empty strings are ``invalid_value`` only where the contract says
+non-empty or enumerates values. Unknown top-level fields go to ``_rescued`` as a
+JSON object with keys sorted and values re-serialised with their JSON types
+(``1.50`` becomes ``1.5``); unknown fields nested in known objects are not rescued.
 """
 
 from __future__ import annotations

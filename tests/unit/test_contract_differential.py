@@ -92,7 +92,11 @@ LEAP_SECOND = "timestamp_leap_second"
 OUTSIDE_YEARS_1_9999 = "day_or_instant_outside_years_1_9999"
 DATE_OUTSIDE_BOUNDS = "date_outside_extension_bounds"
 EVENT_TIME_AHEAD = "event_time_too_far_after_arrival"
+UNPAIRED_SURROGATE = "string_escapes_an_unpaired_surrogate"
 STRICTER = {
+    # "A string that escapes an unpaired UTF-16 surrogate (\ud800 alone) is malformed_json":
+    # it names no Unicode character, so no UTF-8 column could hold it.
+    UNPAIRED_SURROGATE: "malformed_json",
     # "Integers: an integer is written without a fraction or exponent: 1.0 and 1e2 are
     # type_mismatch"; "Timestamps: integer epoch milliseconds ... are written as integers
     # (1.7e12 is type_mismatch)". JSON Schema counts any number with a zero fraction as an
@@ -501,6 +505,11 @@ class Judge:
         if document is None:
             return _REJECTED
         reference = self.reference.accepts(document)
+        if _holds_surrogate(document):
+            stricter = [(UNPAIRED_SURROGATE, "value")]
+            if len(record.value) > MAX_PAYLOAD_BYTES:
+                stricter.append((PAYLOAD_TOO_LARGE, "value"))
+            return self._decided(reference, stricter, frozenset())
         read, lenient = self.as_read(document)
         valid = self.reference.accepts(read) if read is not document else reference
         if not valid:
@@ -616,7 +625,7 @@ def _day(text: object, default: tuple[int, int, int]) -> tuple[int, int, int]:
 
 def categories(contract: Contract) -> set[str]:
     """The differences that can arise on ``contract``'s fields."""
-    found = {PAYLOAD_TOO_LARGE}
+    found = {PAYLOAD_TOO_LARGE, UNPAIRED_SURROGATE}
     for f in contract.fields:
         kinds = set(f.types) - {"null"}
         if kinds == {"integer"}:
@@ -874,7 +883,7 @@ _EXTRA_VALUES: tuple[Any, ...] = (
     "\u00e9\U0001f600",
     -3, 2**53, 1e-7, 10**30, {"nested": {"deep": [1, 2, {"x": None}]}}, "\t\n", -0.0, 12.5e300,
     Raw("[" * 50 + "]" * 50), Raw('{"a":' * 600 + "1" + "}" * 600),
-    # Kept by the product's _rescued with a loss (see _rescue_keeps).
+    # Kept by the product's _rescued with a loss (see _rescue_keeps), or malformed_json.
     math.inf, Raw('"\\ud800"'), Raw("1" * 45),
 )  # fmt: skip
 GEOLOCATIONS: tuple[Any, ...] = (
@@ -1316,8 +1325,8 @@ def corpus(contract: Contract) -> list[Record]:
 
 def _rescue_keeps(value: Any) -> bool:
     """Whether the product's ``_rescued`` keeps ``value`` as is. It does not keep infinity
-    (written `Infinity`, not JSON), integers beyond 38 digits (doubles) and lone surrogates
-    ("?"); the corpus has a few, to check their verdicts."""
+    (written `Infinity`, not JSON) and integers beyond 38 digits (doubles); the corpus has
+    a few, to check their verdicts."""
     pending = [value]
     while pending:
         item = pending.pop()
@@ -1325,13 +1334,26 @@ def _rescue_keeps(value: Any) -> bool:
             return False
         if isinstance(item, int) and abs(item) >= 10**38:
             return False
-        if isinstance(item, str) and _SURROGATE.search(item) is not None:
-            return False
         if isinstance(item, list):
             pending += item
         elif isinstance(item, dict):
             pending += [*item, *item.values()]
     return True
+
+
+def _holds_surrogate(document: dict[str, Any]) -> bool:
+    """Whether a key or a string anywhere in ``document`` holds an unpaired surrogate (a
+    strict parse decodes a pair to one character, so what is left was escaped alone)."""
+    pending: list[Any] = [document]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and _SURROGATE.search(item) is not None:
+            return True
+        if isinstance(item, list):
+            pending += item
+        elif isinstance(item, dict):
+            pending += [*item, *item.values()]
+    return False
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
