@@ -8,7 +8,6 @@ driver's lag poller (`service.driver.lag`) exports it on a timer.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,27 +90,31 @@ def offsets_consumer(settings: Settings, isolation_level: str | None = None) -> 
 
 
 def broker_offsets(
-    consumer: Consumer, topics: Sequence[str], timeout_seconds: float = KAFKA_TIMEOUT_SECONDS
+    consumer: Consumer, topics: Sequence[str], reach_seconds: float = KAFKA_TIMEOUT_SECONDS
 ) -> dict[str, Any]:
-    """``{topic: {partition: (low, high)}}`` from the brokers, all asked within
-    ``timeout_seconds``; ``_error`` if unreachable."""
-    deadline = time.monotonic() + timeout_seconds
+    """``{topic: {partition: (low, high)}}`` from the brokers; ``_error`` if unreachable.
 
-    def left() -> float:
-        return max(0.1, deadline - time.monotonic())
-
+    ``reach_seconds`` bounds the wait for the brokers' first answer, so an unreachable
+    cluster costs that long; once they answered, each request has ``KAFKA_TIMEOUT_SECONDS``
+    (a busy machine's broker answers, if slowly)."""
     result: dict[str, Any] = {}
+    timeout = reach_seconds
     try:
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=left())
+            metadata = consumer.list_topics(topic, timeout=timeout)
+            timeout = KAFKA_TIMEOUT_SECONDS
             described = metadata.topics.get(topic)
             if described is None or described.error is not None:
                 result[topic] = {}
                 continue
-            result[topic] = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left())
-                for p in sorted(described.partitions)
-            }
+            ends = {}
+            for p in sorted(described.partitions):
+                answer = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                if answer is None:  # librdkafka's timeout
+                    result["_error"] = f"Kafka did not answer for {topic}[{p}] within {timeout}s"
+                    return result
+                ends[p] = answer
+            result[topic] = ends
     except KafkaException as e:
         result["_error"] = f"Kafka unreachable: {e}"
     return result

@@ -43,8 +43,8 @@ from service.streaming.queries import checkpoint_location
 from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
 
 T = TypeVar("T")
-# How long `status` waits for the brokers' offsets in all: an on-call answer in seconds
-# even when no broker answers (the rest is printed, the lag says why it is missing).
+# How long `status` waits for the brokers' first answer: an on-call answer in seconds even
+# when no broker answers (the rest is printed, the lag says why it is missing).
 KAFKA_STATUS_SECONDS = 2.5
 
 

@@ -55,7 +55,8 @@ def _shown(secret: str) -> tuple[str, ...]:
 
 
 def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (loopback)
+    # A driver busy on a loaded machine serves its UI slowly (10 s timed out in a full run).
+    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (loopback)
         return str(response.read().decode())
 
 
