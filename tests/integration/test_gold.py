@@ -35,6 +35,7 @@ from service.gold.transforms import (
     sensor_stats,
 )
 from service.lake.hadoop_fs import HadoopFiles
+from tests.support.gold import final_watermark
 from tests.support.kafka import topic_records
 from tests.support.lake import Lake, LakeFactory, copy_storage_root
 from tests.support.service_process import ServiceProcess
@@ -290,13 +291,6 @@ def on_time_silver(spark: SparkSession, runs: GoldRuns) -> tuple[DataFrame, Data
     return silver, silver.where(~F.col("event_id").isin(late_ids))
 
 
-def final_watermark(readings: DataFrame) -> datetime:
-    latest = readings.agg(F.max("event_time")).first()
-    assert latest is not None
-    moment: datetime = latest[0] - WATERMARK
-    return moment
-
-
 def test_windows_equal_their_batch_oracle_once_and_all_closed_ones(
     spark: SparkSession, runs: GoldRuns
 ) -> None:
@@ -308,7 +302,7 @@ def test_windows_equal_their_batch_oracle_once_and_all_closed_ones(
     key = TABLES["gold/sensor_stats_1m"]
     assert gold.count() == gold.select(*key).distinct().count()
     oracle = rows(sensor_stats(on_time, "1 minute", "10 minutes"), key)
-    closed = final_watermark(on_time)
+    closed = final_watermark(on_time, WATERMARK)
     emitted = rows(gold, key)
     assert set(emitted) == {k for k, v in oracle.items() if v["window_end"] <= closed}
     assert len(emitted) > DEVICES * (MINUTES - 11)
@@ -321,7 +315,9 @@ def test_windows_equal_their_batch_oracle_once_and_all_closed_ones(
     key = TABLES["gold/heart_rate_5m"]
     assert gold_hr.count() == gold_hr.select(*key).distinct().count()
     oracle = rows(heart_rate_stats(on_time, "5 minutes", "1 minute", "10 minutes"), key)
-    closed = final_watermark(on_time.where("sensor_type = 'heart_rate' AND user_id IS NOT NULL"))
+    closed = final_watermark(
+        on_time.where("sensor_type = 'heart_rate' AND user_id IS NOT NULL"), WATERMARK
+    )
     emitted = rows(gold_hr, key)
     assert set(emitted) == {k for k, v in oracle.items() if v["window_end"] <= closed}
     for k, actual in emitted.items():

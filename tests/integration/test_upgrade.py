@@ -27,9 +27,9 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from devstack import KafkaBroker, MinioServer
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from service.gold.transforms import heart_rate_stats, heart_rate_with_activity, sensor_stats
+from tests.support.gold import final_watermark
 from tests.support.lake import Lake, assert_bronze_exactly_once
 from tests.support.previous_release import LAKE_ARCHIVE, MANIFEST
 from tests.support.repo import REPO
@@ -155,13 +155,6 @@ def _keyed(df: DataFrame, key: list[str]) -> dict[tuple[Any, ...], dict[str, Any
     return {tuple(r[k] for k in key): r.asDict() for r in df.collect()}
 
 
-def _closed_by(readings: DataFrame) -> datetime:
-    latest = readings.agg(F.max("event_time")).first()
-    assert latest is not None
-    moment: datetime = latest[0] - WATERMARK
-    return moment
-
-
 def test_gold_windows_the_previous_release_left_open_close_with_their_state(
     spark: SparkSession, upgraded: Upgraded
 ) -> None:
@@ -180,7 +173,7 @@ def test_gold_windows_the_previous_release_left_open_close_with_their_state(
     for name, key, oracle_df, basis, exact, close in cases:
         oracle = _keyed(oracle_df, key)
         emitted = _keyed(_table(spark, lake, name), key)
-        closed = _closed_by(basis)
+        closed = final_watermark(basis, WATERMARK)
         assert set(emitted) == {k for k, v in oracle.items() if v["window_end"] <= closed}, name
         from_state = [k for k, v in emitted.items() if v["window_start"] <= previous]
         assert from_state, f"{name}: no window of the previous release's readings"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from service.lake.schemas import SILVER_SENSOR_READINGS
 
@@ -36,3 +37,12 @@ def acc(
     return {"event_id": event_id, "device_id": f"w{user_id}", "user_id": user_id,
             "sensor_type": "accelerometer", "event_time": at, "magnitude": magnitude,
             "activity": activity}  # fmt: skip
+
+
+def final_watermark(readings: DataFrame, watermark: timedelta) -> datetime:
+    """The watermark gold ends at after reading ``readings``: their latest event time less
+    ``watermark`` (the windows ending by then are closed)."""
+    latest = readings.agg(F.max("event_time")).first()
+    assert latest is not None
+    moment: datetime = latest[0] - watermark
+    return moment

@@ -41,7 +41,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
@@ -1327,33 +1327,31 @@ def _rescue_keeps(value: Any) -> bool:
     """Whether the product's ``_rescued`` keeps ``value`` as is. It does not keep infinity
     (written `Infinity`, not JSON) and integers beyond 38 digits (doubles); the corpus has
     a few, to check their verdicts."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return False
-        if isinstance(item, int) and abs(item) >= 10**38:
-            return False
-        if isinstance(item, list):
-            pending += item
-        elif isinstance(item, dict):
-            pending += [*item, *item.values()]
-    return True
+    return not any(
+        (isinstance(item, float) and not math.isfinite(item))
+        or (isinstance(item, int) and abs(item) >= 10**38)
+        for item in _walked(value)
+    )
 
 
 def _holds_surrogate(document: dict[str, Any]) -> bool:
     """Whether a key or a string anywhere in ``document`` holds an unpaired surrogate (a
     strict parse decodes a pair to one character, so what is left was escaped alone)."""
-    pending: list[Any] = [document]
+    return any(
+        isinstance(item, str) and _SURROGATE.search(item) is not None for item in _walked(document)
+    )
+
+
+def _walked(value: Any) -> Iterator[Any]:
+    """``value`` and everything in it: list items, object keys and values."""
+    pending = [value]
     while pending:
         item = pending.pop()
-        if isinstance(item, str) and _SURROGATE.search(item) is not None:
-            return True
+        yield item
         if isinstance(item, list):
             pending += item
         elif isinstance(item, dict):
             pending += [*item, *item.values()]
-    return False
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
