@@ -433,9 +433,11 @@ class MinioServer(_ServerProcess):
         }
 
     def _ready(self) -> bool:
+        # /minio/health/ready answers 200 before the object layer is up (CreateBucket then
+        # fails with XMinioServerNotInitialized); /cluster waits for it, IAM and buckets.
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
         try:
-            conn.request("GET", "/minio/health/ready")
+            conn.request("GET", "/minio/health/cluster")
             return conn.getresponse().status == 200
         except OSError:
             return False
