@@ -31,7 +31,7 @@ from service.verbs.driver_view import DriverView, QueryNow
 log = structlog.get_logger(__name__)
 
 _POLL_SECONDS = 0.5
-# Spark 4.0's status messages of a micro-batch query between two triggers.
+# Spark's status messages of a micro-batch query between two triggers.
 _WAITING_FOR_TRIGGER = ("Waiting for next trigger", "Waiting for data to arrive")
 # A query silent (no progress, no idle event) for longer than this is stuck in a batch.
 _MIN_PROGRESS_AGE_SECONDS = 120.0
@@ -83,7 +83,7 @@ def wait(
             if not query.handle.isActive and (error := query.handle.exception()) is not None:
                 raise query_failure(
                     query.spec.name,
-                    str(error),
+                    with_causes(error),
                     settings.spark_local_dir,
                     (settings.storage_uri, settings.checkpoint_uri),
                 )
@@ -93,6 +93,21 @@ def wait(
             stop_gracefully(running.queries, settings.stop_timeout_seconds)
             return
         stop_requested.wait(_POLL_SECONDS)
+
+
+def with_causes(error: BaseException, limit: int = 8) -> str:
+    """Spark's report of a failed query with its JVM causes (the root cause last): its own
+    message is often only the wrapper's ("Exception thrown in awaitResult")."""
+    text = str(error)
+    cause = getattr(error, "_cause", None)  # pyspark's converted JVM cause, if any
+    for _ in range(limit):
+        if cause is None:
+            break
+        origin = getattr(cause, "_origin", None)
+        name = origin.getClass().getName() if origin is not None else type(cause).__name__
+        text += f"\ncaused by {name}: {getattr(cause, '_desc', None) or str(cause)}"
+        cause = getattr(cause, "_cause", None)
+    return text
 
 
 def stop_gracefully(running: list[RunningQuery], timeout: float) -> None:

@@ -2,6 +2,7 @@
 
 from botocore.exceptions import ClientError
 
+from service.driver.running import with_causes
 from service.errors import LocalDiskFullError, QueryFailedError, StorageAccessDeniedError
 from service.failures import local_disk_full, named_failure, query_failure, storage_refused
 
@@ -171,3 +172,26 @@ def test_a_refusal_delta_rs_met_is_the_same_error_as_s3as() -> None:
     )
     throttled = DELTA_RS_REVOKED.replace("403 Forbidden", "503 Service Unavailable")
     assert named_failure(throttled, None, ROOTS) is None
+
+
+class _CapturedError(Exception):
+    """The shape of pyspark's converted JVM exception: a message and its cause."""
+
+    def __init__(self, desc: str, cause: "_CapturedError | None" = None) -> None:
+        super().__init__(desc)
+        self._desc = desc
+        self._cause = cause
+
+
+def test_a_wrapper_s_report_carries_its_causes_down_to_the_root() -> None:
+    root = _CapturedError(
+        "No such file or directory: s3a://lakehouse/lake/_checkpoints/q/state/0/1.delta"
+    )
+    error = _CapturedError("Exception thrown in awaitResult: ", _CapturedError("Job aborted", root))
+    assert with_causes(error) == (
+        "Exception thrown in awaitResult: "
+        "\ncaused by _CapturedError: Job aborted"
+        "\ncaused by _CapturedError: No such file or directory: "
+        "s3a://lakehouse/lake/_checkpoints/q/state/0/1.delta"
+    )
+    assert with_causes(_CapturedError("plain")) == "plain"
