@@ -161,6 +161,7 @@ class GoldWriter(QueryWriter):
                         batch_id,
                         table.properties,
                         committing=profile.phase(f"{table.name}:commit"),
+                        on_replay=lambda: _run_replayed(batch, table.name, batch_id),
                     )
                 if self.query.after_write is not None:
                     with profile.phase("after_write"):
@@ -174,6 +175,14 @@ class GoldWriter(QueryWriter):
                 waited_for_ingest_ms=round(waited * 1000),
                 **profile.summary(),
             )
+
+
+def _run_replayed(batch: DataFrame, table: str, batch_id: int) -> None:
+    """Run a batch its table holds already, writing nothing: a restart replays the batch a
+    crash left uncommitted, and Spark (4.2 on) fails a stateful query whose batch did not
+    commit its state stores. The state it writes is the one the first run wrote."""
+    batch.write.format("noop").mode("overwrite").save()
+    log.info("batch_already_in_table", table=table, batch_id=batch_id)
 
 
 def gold_sources(settings: Settings) -> tuple[Table, Table]:

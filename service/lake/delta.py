@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -46,6 +46,7 @@ def append_once(
     txn_version: int,
     properties: Mapping[str, str] = _NO_PROPERTIES,
     committing: AbstractContextManager[None] | None = None,
+    on_replay: Callable[[], object] | None = None,
 ) -> Commit | None:
     """Append ``df`` to ``uri`` unless batch ``txn_version`` of ``txn_app_id`` is already in.
 
@@ -63,16 +64,23 @@ def append_once(
     ``committing`` is entered around the Delta commit itself, after the files are
     written (a profile phase); only when this path commits.
 
+    ``on_replay`` runs instead of the write when the batch was in already (a stateful
+    query's batch must still run: Spark checks its state stores committed).
+
     Returns the commit, or None when the batch was in already or Delta's writer wrote it.
     """
     jvm: Any = df.sparkSession.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(df.sparkSession._jsparkSession, uri).startTransaction()
     committed = _checksum_txn_version(txn.snapshot(), txn_app_id)
+    if committed is None and on_replay is not None:
+        committed = int(txn.txnVersion(txn_app_id))  # the table's state: the slow path only
+    if committed is not None and committed >= txn_version:
+        if on_replay is not None:
+            on_replay()
+        return None
     if committed is None or not _same_columns(df.schema, txn.metadata().schema().json()):
         _append_with_writer_options(df, uri, txn_app_id, txn_version, properties)
-        return None
-    if committed >= txn_version:
         return None
     # What `txn.txnVersion` records: a concurrent commit of this app id is a conflict.
     txn.readTxn().addOne(txn_app_id)

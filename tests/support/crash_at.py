@@ -1,12 +1,13 @@
 """``python -m tests.support.crash_at ARGS``: the service, SIGKILLed at one commit phase.
 
-The phase is ``CRASH_AT`` in the environment (a driver's writes, and ``promote``'s MERGE):
+The phase is ``CRASH_AT`` in the environment (a driver's writes, ingest's and gold's, and
+``promote``'s MERGE):
 
 - ``before:<table>``: when a batch is about to write ``<table>`` (its offsets are
   in the checkpoint, none of its tables may hold it yet);
 - ``after:<table>``: right after a batch's commit to ``<table>`` (a write that
   a replay skipped is not a commit and does not count);
-- ``checkpoint:<query>``: after every table write of a batch of ``<query>``
+- ``checkpoint:<query>``: after every table write of a batch of ``<query>`` (ingest or gold)
   returned, before Spark commits the batch to the checkpoint.
 
 At the first such point the whole process group (Python and the Spark JVM) is killed
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
+import service.gold.queries
 import service.ingest.strategies
 import service.ingest.writer
 import service.verbs.promote
@@ -83,6 +85,10 @@ service.ingest.strategies.merge_entities_once = crashing(merge_entities_once)  #
 service.verbs.promote.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
 service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
     service.ingest.writer.BatchWriter.__call__
+)
+service.gold.queries.append_once = crashing(append_once)  # type: ignore[attr-defined]
+service.gold.queries.GoldWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
+    service.gold.queries.GoldWriter.__call__
 )
 
 if __name__ == "__main__":

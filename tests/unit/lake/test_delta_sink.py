@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,19 +42,22 @@ def test_a_replayed_batch_is_skipped_and_small_files_are_compacted_after_the_wri
     ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
     schema = SENSOR_DUPLICATES_TABLE.schema
     assert schema is not None
+    replays: list[int] = []
     for batch in range(min_files):
         rows = [
             (f"e{batch}-{i}", "sensors", i, batch * 10 + i, None, None, None, None)
             for i in range(2)
         ]
         df = spark.createDataFrame(rows, schema).repartition(2)
-        append_once(df, uri, "app", batch)
-        append_once(df, uri, "app", batch)  # a replay of the same batch: skipped
+        append_once(df, uri, "app", batch, on_replay=lambda: replays.append(-1))
+        # A replay of the same batch: skipped, and what replays run instead runs.
+        append_once(df, uri, "app", batch, on_replay=functools.partial(replays.append, batch))
 
     table = spark.read.format("delta").load(uri)
     operations = [r["operation"] for r in DeltaTable.forPath(spark, uri).history().collect()]
 
     assert 2 * min_files == table.count()
+    assert list(range(min_files)) == replays
     assert {"app": min_files - 1} == table_transactions(spark, uri)
     assert "OPTIMIZE" in operations
     assert active_files(spark, uri) < min_files
@@ -108,9 +112,13 @@ def test_without_a_checksum_listing_the_txn_delta_reads_it_and_a_replay_is_still
     jvm: Any = spark.sparkContext._jvm
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
+    replays: list[int] = []
     append_once(_rows(spark, 0), uri, "app", 0)  # a replay: skipped by Delta's writer
-    append_once(_rows(spark, 1), uri, "app", 1)
+    # Told apart from a write when the caller has something to run instead.
+    append_once(_rows(spark, 0), uri, "app", 0, on_replay=lambda: replays.append(0))
+    append_once(_rows(spark, 1), uri, "app", 1, on_replay=lambda: replays.append(1))
 
+    assert [0] == replays
     assert 6 == spark.read.format("delta").load(uri).count()
     assert {"app": 1} == table_transactions(spark, uri)
 
