@@ -57,7 +57,7 @@ from service.streaming.queries import (
     checkpoint_location,
     trigger_seconds,
 )
-from service.streaming.session import build_spark
+from service.streaming.session import build_spark, expected_executors
 from service.verbs.reconcile import reconcile
 
 log = structlog.get_logger(__name__)
@@ -74,6 +74,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
     check_kafka_access(settings)
     registry = CollectorRegistry()
     metrics = IngestMetrics(registry)
+    metrics.jvm.executors_expected(expected_executors(settings))
     running = RunningQueries(expected=[q.name for q in _queries(settings)])
     health = Health(running, metrics, settings)
     metrics.watch_readiness(health.readiness)
@@ -97,7 +98,8 @@ def run(settings: Settings, available_now: bool = False) -> int:
         # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.
         _stop_on_signals(stop_requested)
         spark.streams.addListener(MetricsListener(metrics))
-        components.start(JvmSampler(spark.sparkContext._jvm, metrics.jvm))
+        context = spark.sparkContext
+        components.start(JvmSampler(context._jvm, context._jsc.sc().statusTracker(), metrics.jvm))
         health.lease = lease
         checkpoints = {
             q.name: checkpoint_location(settings, q.name) for q in ingest_queries(settings)

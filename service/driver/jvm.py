@@ -1,9 +1,11 @@
-"""The driver JVM's memory, garbage collection and threads, sampled for the metrics.
+"""The driver JVM's memory, garbage collection and threads, and the executors registered
+with it, sampled for the metrics.
 
 The process metrics of prometheus_client describe the Python process; the Spark driver's
-heap lives in its JVM. A `JvmSampler` reads the JVM's management beans through py4j
-every few seconds in a thread of its own, so a scrape never waits on the JVM (a JVM
-busy collecting garbage answers late, which is when the numbers matter).
+heap lives in its JVM, and so does its view of the executors (Spark's status tracker). A
+`JvmSampler` reads both through py4j every few seconds in a thread of its own, so a
+scrape never waits on the JVM (a JVM busy collecting garbage answers late, which is when
+the numbers matter).
 """
 
 from __future__ import annotations
@@ -49,17 +51,32 @@ def read_jvm(jvm: Any) -> JvmSample:
     )
 
 
+def read_executors(status_tracker: Any) -> int:
+    """Count the executors registered with the driver, from the py4j view of its
+    ``SparkStatusTracker``, whose list includes the driver itself (local mode: only it)."""
+    return max(0, len(status_tracker.getExecutorInfos()) - 1)
+
+
 class JvmSink(Protocol):
     """Where samples go (`service.driver.metrics.JvmMetrics`)."""
 
     def sampled(self, sample: JvmSample) -> None: ...
+    def executors_counted(self, executors: int) -> None: ...
 
 
 class JvmSampler:
-    """Sample the JVM every ``interval_seconds`` (a `PeriodicWorker`) into ``sink``."""
+    """Sample the JVM ``jvm`` and the executors its ``status_tracker`` lists every
+    ``interval_seconds`` (a `PeriodicWorker`) into ``sink``."""
 
-    def __init__(self, jvm: Any, sink: JvmSink, interval_seconds: float = SAMPLE_SECONDS) -> None:
+    def __init__(
+        self,
+        jvm: Any,
+        status_tracker: Any,
+        sink: JvmSink,
+        interval_seconds: float = SAMPLE_SECONDS,
+    ) -> None:
         self._jvm = jvm
+        self._status_tracker = status_tracker
         self._sink = sink
         self._worker = PeriodicWorker(
             "jvm-sampler",
@@ -71,6 +88,7 @@ class JvmSampler:
 
     def _sample(self) -> list[str]:
         self._sink.sampled(read_jvm(self._jvm))
+        self._sink.executors_counted(read_executors(self._status_tracker))
         return []
 
     def start(self) -> None:

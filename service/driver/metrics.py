@@ -121,17 +121,47 @@ class MaintenanceMetrics(Collector):
 
 
 class JvmMetrics(Collector):
-    """The driver JVM's families, from its latest sample (`service.driver.jvm`): nothing is
-    read from the JVM at scrape time. Absent until the first sample."""
+    """The driver JVM's families and its executors, from its latest sample
+    (`service.driver.jvm`): nothing is read from the JVM at scrape time.
+
+    The JVM's families are absent until the first sample. The executors are exported from
+    the start, 0 until a sample counts them, beside the count the configuration asks for
+    (`executors_expected`): a driver whose executors never register fires the alert.
+    """
 
     def __init__(self) -> None:
         self._sample: JvmSample | None = None
+        self._executors = 0
+        self._executors_expected: int | None = None
 
     def sampled(self, sample: JvmSample) -> None:
         """Keep ``sample`` for the next scrapes."""
         self._sample = sample
 
+    def executors_counted(self, executors: int) -> None:
+        """Record that ``executors`` executors are registered with the driver."""
+        self._executors = executors
+
+    def executors_expected(self, executors: int | None) -> None:
+        """Record how many executors the configuration asks for (None: it does not say)."""
+        self._executors_expected = executors
+
     def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            f"{PREFIX}_executors",
+            "Executors registered with the driver (0 in local mode, where the driver runs "
+            "the tasks, and until the first sample).",
+            value=self._executors,
+        )
+        expected = self._executors_expected
+        if expected is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_executors_expected",
+                "Executors the configuration asks for (INGEST_SPARK_EXECUTOR_INSTANCES, or "
+                "INGEST_SPARK_CORES_MAX // INGEST_SPARK_EXECUTOR_CORES on a standalone "
+                "master; 0 in local mode).",
+                value=expected,
+            )
         sample = self._sample
         if sample is None:
             return

@@ -227,6 +227,37 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+def expected_executors(settings: Settings) -> int | None:
+    """How many executors ``settings`` ask Spark for; None when they do not say.
+
+    0 in local mode (the driver runs the tasks); else, from the cluster configuration
+    (``spark_extra_conf`` included), ``spark.executor.instances`` when set, and for a
+    standalone master ``spark.cores.max // spark.executor.cores`` when both are set.
+    With dynamic allocation the count is Spark's to choose: None.
+    """
+    if _is_local(settings.spark_master):
+        return 0
+    conf = cluster_conf(settings)
+    if conf.get("spark.dynamicAllocation.enabled", "").strip().lower() == "true":
+        return None
+    instances = _count(conf.get("spark.executor.instances"))
+    if instances is not None:
+        return instances
+    cores_max = _count(conf.get("spark.cores.max"))
+    cores = _count(conf.get("spark.executor.cores"))
+    if settings.spark_master.startswith("spark://") and cores_max is not None and cores:
+        return cores_max // cores
+    return None
+
+
+def _count(value: str | None) -> int | None:
+    """A count of Spark's configuration; None when unset or not a whole number."""
+    try:
+        return None if value is None else max(0, int(value.strip()))
+    except ValueError:
+        return None
+
+
 # Beside the Python packages whose jars it records: one per virtualenv (`make cds`).
 DEFAULT_CDS_ARCHIVE = Path(sys.prefix) / "share" / "lakehouse-ingest" / "driver-classes.jsa"
 

@@ -895,25 +895,27 @@ def duration_seconds(text: str) -> int:
     return int(number) * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
-def test_query_down_waits_out_the_drivers_start_up_budget() -> None:
-    """A driver exports nothing while its JVM starts: QueryDown must not fire within the
-    start-up budget the startupProbe gives it (periodSeconds times failureThreshold)."""
+@pytest.mark.parametrize("alert", ["QueryDown", "ExecutorsMissing"])
+def test_a_starting_driver_alert_waits_out_the_drivers_start_up_budget(alert: str) -> None:
+    """A driver exports no query while its JVM starts, and no executor until they
+    register: neither QueryDown nor ExecutorsMissing may fire within the start-up budget
+    the startupProbe gives it (periodSeconds times failureThreshold)."""
     for settings in [(), ("probes.startup.failureThreshold=180",)]:
         manifests = render(None, True, *settings)
         probe = driver_pod(manifests)["spec"]["containers"][0]["startupProbe"]
         budget = probe["periodSeconds"] * probe["failureThreshold"]
-        query_down = alert_rules(manifests)["QueryDown"]
-        assert duration_seconds(query_down["for"]) >= budget, settings
+        rule = alert_rules(manifests)[alert]
+        assert duration_seconds(rule["for"]) >= budget, settings
     # The default budget is the rules file's own `for` (5 minutes): they agree.
     source = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
-    (file_rule,) = [r for r in source if r.get("alert") == "QueryDown"]
+    (file_rule,) = [r for r in source if r.get("alert") == alert]
     probes = chart_values()["probes"]["startup"]
     assert probes["periodSeconds"] * probes["failureThreshold"] == duration_seconds(
         file_rule["for"]
     )
     # An explicit override wins.
-    rules = alert_rules(render(None, True, "monitoring.alerts.rules.QueryDown.for=2m"))
-    assert "2m" == rules["QueryDown"]["for"]
+    rules = alert_rules(render(None, True, f"monitoring.alerts.rules.{alert}.for=2m"))
+    assert "2m" == rules[alert]["for"]
 
 
 def test_chart_defaults_render_the_alerts_of_the_rules_file_for_the_release() -> None:

@@ -140,6 +140,8 @@ def exported_names() -> set[str]:
     metrics.kafka_lag_polled(query.name, query.topic, [0], 100)
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
+    # The executors a local-mode configuration asks for (set at start, from the settings).
+    metrics.jvm.executors_expected(0)
     # The families that exist only once something happened: a reconcile check, a skip at
     # start, a maintenance run.
     metrics.reconcile_checked({"bronze/sensors": 1}, 0, 0.1)

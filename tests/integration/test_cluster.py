@@ -1,8 +1,9 @@
 """The service on a real Spark standalone cluster: a master and two workers on loopback.
 
 Executors run in their own JVMs (children of the workers), read the real Kafka
-and write the real S3 server; one worker is killed with SIGKILL mid-run, and
-bronze still holds every produced record exactly once.
+and write the real S3 server; the driver's /metrics counts both executors, as many as
+its configuration asks for; one worker is killed with SIGKILL mid-run, the driver counts
+one executor left, and bronze still holds every produced record exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pyspark
 import pytest
 from devstack import free_port
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from service.config import Settings
@@ -197,15 +199,49 @@ def wait_for_executors_on_every_worker(
     raise AssertionError(f"the app did not get an executor on both workers within {timeout}s")
 
 
+def executor_gauges(http_port: int) -> tuple[float | None, float | None]:
+    """The driver's executors registered and expected, from its /metrics (None: absent)."""
+    url = f"http://127.0.0.1:{http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return (
+        samples.get("lakehouse_ingest_executors"),
+        samples.get("lakehouse_ingest_executors_expected"),
+    )
+
+
+def wait_for_executor_gauges(
+    http_port: int,
+    expected: tuple[float, float],
+    timeout: float,
+    running: Callable[[], bool] = lambda: True,
+) -> None:
+    """Block until the driver exports ``expected`` (executors registered, expected); fail
+    after ``timeout`` or once the driver is no longer ``running``."""
+    deadline = time.monotonic() + timeout
+    seen: tuple[float | None, float | None] | str = "no answer"
+    while time.monotonic() < deadline and running():
+        with contextlib.suppress(OSError):
+            seen = executor_gauges(http_port)
+            if expected == seen:
+                return
+        time.sleep(0.5)
+    ended = "" if running() else " (the driver ended)"
+    raise AssertionError(f"the driver last exported {seen}, not {expected}{ended}")
+
+
 @pytest.mark.timeout(1800)
 def test_standalone_cluster_run_survives_a_worker_kill_with_bronze_exactly_once(
     spark: SparkSession, lake: Lake, cluster: StandaloneCluster
 ) -> None:
     lake.generate("--users", "2000", "--readings", "60000", "--seed", "17")
+    http_port = free_port()
     driver = lake.service(
         "cluster-driver",
         "run",
         "--available-now",
+        INGEST_HTTP_PORT=str(http_port),
         INGEST_SPARK_MASTER=cluster.url,
         INGEST_SPARK_DRIVER_HOST="127.0.0.1",
         INGEST_SPARK_EXECUTOR_MEMORY="1g",
@@ -219,10 +255,15 @@ def test_standalone_cluster_run_survives_a_worker_kill_with_bronze_exactly_once(
     ).start()
     try:
         app_id, executor_ids = wait_for_executors_on_every_worker(cluster, timeout=300)
+        # Both registered with the driver, which asks for 2 (cores max 2, 1 per executor).
+        wait_for_executor_gauges(http_port, (2.0, 2.0), timeout=120)
         # Several sensors batches remain after the first: the kill lands mid-run.
         driver.wait_for_log('"event": "batch_written"', timeout=600)
         assert driver.alive(), "the run finished before a worker could be killed"
         cluster.workers[0].kill9()
+        # The driver counts the executor lost with its worker while the run goes on (here,
+        # under a CI's load: within 4 s of the kill, some 45 s before the run ended).
+        wait_for_executor_gauges(http_port, (1.0, 2.0), timeout=120, running=driver.alive)
         assert driver.wait(timeout=900) == 0, driver.log_text()[-4000:]
     finally:
         driver.cleanup()

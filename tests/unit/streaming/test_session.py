@@ -1,0 +1,81 @@
+"""The executors a configuration asks for: what lakehouse_ingest_executors_expected exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.config import Settings
+from service.streaming.session import expected_executors
+
+STANDALONE = "spark://spark-master:7077"
+KUBERNETES = "k8s://https://kubernetes.default.svc"
+
+
+def settings(master: str, **spark: Any) -> Settings:
+    """Settings on ``master`` with only the executor settings given."""
+    unset: dict[str, Any] = {
+        "spark_executor_instances": None,
+        "spark_cores_max": None,
+        "spark_executor_cores": None,
+        "spark_kubernetes_container_image": "lakehouse-ingest:test",
+        "spark_extra_conf": {},
+    }
+    return Settings(spark_master=master, **{**unset, **spark})
+
+
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]"])
+def test_local_mode_expects_no_executor_whatever_the_executor_settings(master: str) -> None:
+    assert 0 == expected_executors(settings(master, spark_executor_instances=3))
+
+
+def test_executor_instances_are_the_count_on_any_cluster_master() -> None:
+    assert 3 == expected_executors(settings(KUBERNETES, spark_executor_instances=3))
+    assert 3 == expected_executors(
+        settings(STANDALONE, spark_executor_instances=3, spark_cores_max=8, spark_executor_cores=2)
+    )
+
+
+def test_a_standalone_master_expects_the_cores_max_over_the_cores_of_an_executor() -> None:
+    assert 2 == expected_executors(settings(STANDALONE, spark_cores_max=2, spark_executor_cores=1))
+    assert 2 == expected_executors(settings(STANDALONE, spark_cores_max=5, spark_executor_cores=2))
+
+
+@pytest.mark.parametrize(
+    "spark",
+    [
+        {},
+        {"spark_cores_max": 4},
+        {"spark_executor_cores": 2},
+    ],
+)
+def test_a_standalone_master_without_both_core_settings_expects_an_unknown_count(
+    spark: dict[str, Any],
+) -> None:
+    assert expected_executors(settings(STANDALONE, **spark)) is None
+
+
+def test_cores_max_counts_on_a_standalone_master_only() -> None:
+    assert (
+        expected_executors(settings(KUBERNETES, spark_cores_max=4, spark_executor_cores=2)) is None
+    )
+
+
+def test_dynamic_allocation_leaves_the_count_unknown() -> None:
+    dynamic = {"spark.dynamicAllocation.enabled": "true"}
+    assert (
+        expected_executors(
+            settings(KUBERNETES, spark_executor_instances=3, spark_extra_conf=dynamic)
+        )
+        is None
+    )
+
+
+def test_the_extra_spark_configuration_wins_as_it_does_for_spark() -> None:
+    extra = {"spark.executor.instances": "5"}
+    assert 5 == expected_executors(
+        settings(KUBERNETES, spark_executor_instances=3, spark_extra_conf=extra)
+    )
+    garbled = {"spark.executor.instances": "several"}
+    assert expected_executors(settings(KUBERNETES, spark_extra_conf=garbled)) is None
