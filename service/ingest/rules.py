@@ -278,7 +278,9 @@ def _type_rules(
     else:
         expected = " or ".join(_EXPECTED[k] for k in scalar)
     if scalar == ["integer"]:
-        beyond = (field.kind == "number") & (F.abs(field.as_double()) >= _LONG_LIMIT)
+        beyond = (field.kind == "number") & (
+            F.abs(F.try_variant_get(field.raw, "$", "double")) >= _LONG_LIMIT
+        )
         return [
             Violation(
                 "type_mismatch",

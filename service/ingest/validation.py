@@ -36,7 +36,6 @@ from pyspark.sql.types import (
     DoubleType,
     LongType,
     StringType,
-    StructField,
     StructType,
     TimestampType,
 )
@@ -75,10 +74,6 @@ _SHOWN_CHARS = 64
 PAYLOAD = "$[0]"
 # The payload's top-level fields as a struct of VARIANTs (`stage_fields`).
 _FIELDS_COLUMN = "_fields"
-# The text of the payload's document, when it is one (`with_parsed_payload`).
-PAYLOAD_TEXT = "_payload_text"
-# The payload's top-level fields as a struct of their texts (`stage_fields`).
-_TEXTS_COLUMN = "_texts"
 
 
 @dataclass(frozen=True)
@@ -116,8 +111,7 @@ def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame
     exactly one document (a value cannot contain its own digest by accident).
     ``_json`` is that array (the document is its element `PAYLOAD`: reading fields
     through it saves re-encoding every object); ``_object`` is whether the document
-    is a JSON object; `PAYLOAD_TEXT` is the document's text (`stage_fields` reads it).
-    Oversized and non-UTF-8 values are never parsed.
+    is a JSON object. Oversized and non-UTF-8 values are never parsed.
     """
     value, text = F.col("value"), F.col("value_text")
     # Null text: no value, or bytes that are not UTF-8.
@@ -136,7 +130,6 @@ def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame
     return (
         parsed.withColumn("_json", F.when(single, F.col("_document")))
         .withColumn("_object", F.when(single, is_object))
-        .withColumn(PAYLOAD_TEXT, F.when(single, F.col("_text")))
         .drop("_text", "_digest", "_document")
     )
 
@@ -257,12 +250,6 @@ class JsonField:
         return F.col(f"_raw_{self._suffix}")
 
     @property
-    def _text(self) -> Column | None:
-        """A top-level field's value as from_json reads it into a string (a JSON string's
-        text, any other value's JSON); None for a nested field (`stage_fields`)."""
-        return None if "." in self.name else F.col(f"_text_{self._suffix}")
-
-    @property
     def kind(self) -> Column:
         """The field's JSON type name (null when absent, ``null`` when JSON null)."""
         return F.col(f"_type_{self._suffix}")
@@ -285,10 +272,6 @@ class JsonField:
             value = F.variant_get(value, f"$.{rest}", "variant")
         return value.alias(f"_raw_{self._suffix}")
 
-    def staged_text(self) -> Column:
-        """The expression of the text column, read from the ``_texts`` of `stage_fields`."""
-        return F.col(_TEXTS_COLUMN).getField(self.name).alias(f"_text_{self._suffix}")
-
     def staged_schema(self) -> Column:
         """The expression of the raw column's ``schema_of_variant``."""
         return F.schema_of_variant(self.raw).alias(f"_schema_{self._suffix}")
@@ -308,29 +291,17 @@ class JsonField:
     def _value(self, reader: str) -> Column:
         return F.col(self._staged(reader)) if reader in self.readers else self._read(reader)
 
-    def _scalar(self, sql_type: str) -> Column:
-        """The value as ``sql_type``, read from its text where staged: Spark's variant_get
-        builds a Literal and a Cast (and reads the SQL configuration) per value, which was
-        most of validation's time; a cast of the text gives the same value (the nearest
-        double to the JSON number, the exact integer, the string's unescaped text). A
-        number whose text does not cast (from_json writes 1e400 as "Infinity", quoted)
-        is read from the VARIANT."""
-        exact = F.try_variant_get(self.raw, "$", sql_type)
-        if self._text is None:
-            return exact
-        return (
-            self._text if sql_type == "string" else F.coalesce(self._text.try_cast(sql_type), exact)
-        )
-
     def _read(self, reader: str) -> Column:
         if reader == "string":
-            return F.when(self.kind == "string", self._scalar("string"))
+            return F.when(self.kind == "string", F.try_variant_get(self.raw, "$", "string"))
         if reader == "double":
-            return F.when(self.kind.isin("integer", "number"), self._scalar("double"))
+            return F.when(
+                self.kind.isin("integer", "number"), F.try_variant_get(self.raw, "$", "double")
+            )
         if reader == "long":
-            return F.when(self.kind == "integer", self._scalar("bigint"))
+            return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
         if reader == "boolean":
-            return F.when(self.kind == "boolean", self._scalar("boolean"))
+            return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
         if reader == "date":
             day = self._iso_date()
             return F.when(_day_in_years(day), day)
@@ -435,7 +406,7 @@ class JsonField:
 
     def integer(self, minimum: int) -> list[Violation]:
         """Rules of a 64-bit integer field of at least ``minimum``."""
-        beyond_64_bits = F.abs(self.as_double()) >= _LONG_LIMIT
+        beyond_64_bits = F.abs(F.try_variant_get(self.raw, "$", "double")) >= _LONG_LIMIT
         return [
             Violation(
                 "type_mismatch",
@@ -546,8 +517,7 @@ def typed_columns(payload: StructType) -> dict[str, Column]:
 
 
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
-    """Add the raw, text, schema, type and typed-reading columns of ``fields`` to parsed rows
-    (`with_parsed_payload`'s, or any with ``_json`` and `PAYLOAD_TEXT`).
+    """Add the raw, schema, type and typed-reading columns of ``fields`` to parsed rows.
 
     One projection per step, each reading the previous step's columns. The payload's
     top-level fields are read in one pass over the object (``_fields``, a struct of
@@ -558,14 +528,10 @@ def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
     staged = list(fields)
     tops = dict.fromkeys(f.name.partition(".")[0] for f in staged)
     struct = ", ".join(f"`{name}`: variant" for name in tops)
-    texted = [f for f in staged if f._text is not None]
-    texts = StructType([StructField(f.name, StringType()) for f in texted])
     objects = records.withColumn(
         _FIELDS_COLUMN, F.try_variant_get("_json", PAYLOAD, f"struct<{struct}>")
-    ).withColumn(_TEXTS_COLUMN, F.from_json(PAYLOAD_TEXT, texts))
-    raws = objects.select(
-        "*", *[f.staged_raw() for f in staged], *[f.staged_text() for f in texted]
-    ).drop(_FIELDS_COLUMN, _TEXTS_COLUMN)
+    )
+    raws = objects.select("*", *[f.staged_raw() for f in staged]).drop(_FIELDS_COLUMN)
     schemas = raws.select("*", *[f.staged_schema() for f in staged])
     kinds = schemas.select("*", *[f.staged_kind() for f in staged])
     direct = kinds.select("*", *[c for f in staged for c in f.staged_values(_DIRECT_READERS)])

@@ -33,7 +33,7 @@ from service.contracts.model import Contract, Field
 from service.errors import ConfigError
 from service.ingest.entities_merge import merge_entities_once
 from service.ingest.rules import own_rules
-from service.ingest.validation import PAYLOAD_TEXT, JsonField, json_object, stage_fields
+from service.ingest.validation import JsonField, json_object, stage_fields
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
 from service.lake.evolution import apply_evolution, plan_evolution
@@ -101,7 +101,7 @@ def promoted_rows(
     holding = silver.where(F.col(RESCUED.name).isNotNull() & _any(named))
     parsed = holding.withColumn(
         "_json", F.try_parse_json(F.concat(F.lit("["), F.col(RESCUED.name), F.lit("]")))
-    ).withColumn(PAYLOAD_TEXT, F.col(RESCUED.name))
+    )
     staged_fields = {f.path: JsonField(f.path, f.data_type) for f in fields}
     staged = stage_fields(parsed, staged_fields.values())
     staged = staged.where(_any([f.kind.isNotNull() for f in staged_fields.values()]))
