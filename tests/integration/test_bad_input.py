@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from tests.support.lake import Lake
 from tests.support.payloads import profile, reading
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
@@ -263,13 +264,21 @@ def user_state(row: Row) -> dict[str, Any]:
     }
 
 
-def wait_for_rows(spark: SparkSession, uri: str, rows: int, timeout: float) -> None:
+def wait_for_rows(
+    spark: SparkSession, uri: str, rows: int, driver: ServiceProcess, timeout: float = 600
+) -> None:
+    """Until ``uri`` holds ``rows`` rows (the counts are checked exactly afterwards): the
+    bound is for a loaded machine, where a driver's first batches took over 4 minutes."""
     deadline = time.monotonic() + timeout
+    count = 0
     while time.monotonic() < deadline:
-        if spark.read.format("delta").load(uri).count() >= rows:
+        count = spark.read.format("delta").load(uri).count()
+        if count >= rows:
             return
         time.sleep(2)
-    raise AssertionError(f"{uri} did not reach {rows} rows within {timeout}s")
+    raise AssertionError(
+        f"{uri} has {count} of {rows} rows after {timeout}s:\n{driver.log_text()[-3000:]}"
+    )
 
 
 def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps_running(
@@ -284,9 +293,10 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         valid_readings = sum(1 for c in CORPUS if c.topic == S and c.code is None)
         valid_users = sum(1 for c in CORPUS if c.topic == U and c.code is None)
         # Quarantine and silver are written after bronze, in the same micro-batch.
-        wait_for_rows(spark, lake.table("silver/quarantine"), sum(1 for c in CORPUS if c.code), 240)
-        wait_for_rows(spark, lake.table("silver/sensor_readings"), valid_readings, 240)
-        wait_for_rows(spark, lake.table("silver/users"), valid_users, 240)
+        rejected = sum(1 for c in CORPUS if c.code)
+        wait_for_rows(spark, lake.table("silver/quarantine"), rejected, driver)
+        wait_for_rows(spark, lake.table("silver/sensor_readings"), valid_readings, driver)
+        wait_for_rows(spark, lake.table("silver/users"), valid_users, driver)
         assert driver.alive(), driver.log_text()[-3000:]
         driver.terminate()
         assert 0 == driver.wait(timeout=120), driver.log_text()[-3000:]
