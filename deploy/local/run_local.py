@@ -10,12 +10,14 @@ broker.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -56,8 +58,14 @@ def _port(preferred: int) -> int:
     return preferred
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Start the stack, wait for Ctrl-C (or a child's exit), stop it all."""
+    # No options (the environment configures it); --help answers without starting anything.
+    argparse.ArgumentParser(
+        prog="make run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     VAR.mkdir(exist_ok=True)
     stopping = False
 
