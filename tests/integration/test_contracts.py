@@ -382,14 +382,8 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
 
     # 4. The evolved contract: promote, killed -9 right after its MERGE, then rerun.
     write_contract(contracts_dir, ORDERS_V2)
-    killed = ServiceProcess(
-        lake.env(**env, CRASH_AT="after:silver/orders"),
-        tmp_path / "promote-killed.log",
-        ("promote", "--topic", orders_topic, "priority", "--json"),
-        module="tests.support.crash_at",
-    ).start()
-    assert -9 == killed.wait(timeout=300), killed.log_text()[-3000:]
-    assert "crash_point" in killed.log_text()
+    promote = ("promote", "--topic", orders_topic, "priority", "--json")
+    lake.killed_at("promote-killed", "after:silver/orders", env, promote)
     rerun = lake.cli("promote", "--topic", "orders", "priority", "--json", **env)
     assert rerun.code == 0, rerun.err[-3000:]
     second = json.loads(rerun.out)

@@ -201,18 +201,7 @@ def kill_after_table_commit(files: HadoopFiles, lake: Lake, query: str) -> int:
     """SIGKILL a driver once ``query``'s table holds a batch its checkpoint has not committed
     (`tests.support.crash_at`); return that batch's id. The restart replays a batch its
     table holds: the query must run it again for its state stores, writing nothing."""
-    phase = f"checkpoint:{query}"
-    driver = ServiceProcess(
-        lake.env(CRASH_AT=phase, **ENV),
-        lake.work_dir / "crash-checkpoint.log",
-        ("run",),
-        module="tests.support.crash_at",
-    ).start()
-    try:
-        assert -9 == driver.wait(timeout=600), driver.log_text()[-4000:]
-        assert [phase] == [e["phase"] for e in driver.events("crash_point")]
-    finally:
-        driver.cleanup()
+    lake.killed_at("crash-checkpoint", f"checkpoint:{query}", ENV, timeout=600)
     checkpoint = f"{lake.storage_root}/_checkpoints/{query}"
     pending = batch_ids(files, f"{checkpoint}/offsets") - batch_ids(files, f"{checkpoint}/commits")
     return max(pending)

@@ -16,7 +16,6 @@ from pyspark.sql import functions as F
 from service.ingest.validation import ERROR_CODES
 from tests.support.kafka import topic_records
 from tests.support.lake import Lake, assert_bronze_exactly_once, table_coordinates
-from tests.support.service_process import ServiceProcess
 from tests.support.users import expected_users, silver_users
 
 pytestmark = pytest.mark.integration
@@ -62,17 +61,7 @@ def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_pha
     # for every table; the final drain takes larger ones.
     small = {"INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "2000"}
     for attempt, phase in enumerate(PHASES):
-        driver = ServiceProcess(
-            lake.env(CRASH_AT=phase, **small),
-            lake.work_dir / f"crash-{attempt}.log",
-            ("run",),
-            module="tests.support.crash_at",
-        ).start()
-        try:
-            assert -9 == driver.wait(timeout=300), driver.log_text()[-4000:]
-            assert [phase] == [e["phase"] for e in driver.events("crash_point")]
-        finally:
-            driver.cleanup()
+        lake.killed_at(f"crash-{attempt}", phase, small)
     final = lake.service(
         "final", "run", "--available-now", INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="50000"
     ).start()

@@ -114,6 +114,30 @@ class Lake:
         """A not-yet-started service process logging to ``<work_dir>/<name>.log``."""
         return ServiceProcess(self.env(**env), self.work_dir / f"{name}.log", args or ("run",))
 
+    def killed_at(
+        self,
+        name: str,
+        phase: str,
+        env: Mapping[str, str],
+        args: tuple[str, ...] = ("run",),
+        timeout: float = 300,
+    ) -> ServiceProcess:
+        """The service (``args``) with ``env`` SIGKILLed at the commit ``phase``
+        (`tests.support.crash_at`), logging to ``<work_dir>/<name>.log``; returned once it
+        died there."""
+        driver = ServiceProcess(
+            self.env(CRASH_AT=phase, **env),
+            self.work_dir / f"{name}.log",
+            args,
+            module="tests.support.crash_at",
+        ).start()
+        try:
+            assert -9 == driver.wait(timeout=timeout), driver.log_text()[-4000:]
+            assert [phase] == [e["phase"] for e in driver.events("crash_point")]
+        finally:
+            driver.cleanup()
+        return driver
+
     @classmethod
     def fresh(
         cls,
