@@ -5,13 +5,9 @@ storage outage one page, on a real Alertmanager on loopback."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +18,11 @@ from tests.support.alertmanager import (
     ALERTMANAGER_CONFIG,
     amtool,
     matcher,
+    notified,
     shipped_config,
-    tool,
+    webhook,
 )
+from tests.support.alertmanager import alertmanager as running_alertmanager
 from tests.support.chart import CHART, MONITORING_API, template
 
 RULES = CHART / "files" / "rules" / "alerts.yml"
@@ -102,70 +100,18 @@ def test_the_chart_ships_the_inhibit_rules_as_an_alertmanager_config() -> None:
     assert shipped_config()["inhibit_rules"] == rendered
 
 
-class Webhook(BaseHTTPRequestHandler):
-    """Alertmanager's webhook notifications, kept in the server's ``received``."""
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.received.append(json.loads(body))  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def notifications() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A webhook receiver on loopback: its URL and the notifications it received."""
-    server = HTTPServer(("127.0.0.1", 0), Webhook)
-    server.received = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/", server.received  # type: ignore[attr-defined]
-    server.shutdown()
+    with webhook() as received:
+        yield received
 
 
 @pytest.fixture
 def alertmanager(tmp_path: Path, notifications: tuple[str, list[dict[str, Any]]]) -> Iterator[int]:
-    """The pinned Alertmanager with the shipped configuration, its receiver the webhook and
-    its group wait 1 s, on loopback; its port."""
-    config = shipped_config()
-    config["receivers"] = [{"name": "on-call", "webhook_configs": [{"url": notifications[0]}]}]
-    config["route"] |= {"group_wait": "1s", "group_interval": "1s"}
-    (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            tool("alertmanager"),
-            f"--config.file={tmp_path / 'alertmanager.yml'}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "Alertmanager did not get ready in 30 s"
-                time.sleep(0.2)
+    """The pinned Alertmanager with the shipped configuration, its receiver the webhook."""
+    with running_alertmanager(tmp_path, notifications[0]) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def test_a_storage_outage_notifies_once_as_storage_unreachable(
@@ -201,12 +147,7 @@ def test_a_storage_outage_notifies_once_as_storage_unreachable(
         time.sleep(0.2)
     time.sleep(3)  # an inhibition that failed would be notified by now too
 
-    notified = sorted(
-        (alert["labels"]["alertname"], alert["labels"]["job"])
-        for notification in received
-        for alert in notification["alerts"]
-    )
     assert [
         ("NoProgress", "other-lakehouse-ingest"),
         ("StorageUnreachable", "ingest-lakehouse-ingest"),
-    ] == notified
+    ] == notified(received)

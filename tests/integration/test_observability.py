@@ -1,14 +1,17 @@
 """A real Prometheus scrapes the running service: dashboards, alerts, readiness, logs, status.
 
-One service run on a fresh lake (real Kafka, real MinIO), scraped every second by
-the Debian ``prometheus`` binary with the repo's alert rules loaded:
+One service run on a fresh lake (real Kafka, real MinIO), scraped every two seconds by
+the Debian ``prometheus`` binary with the chart's alert rules loaded (as a release gets
+them), which sends what fires to the pinned Alertmanager with the shipped configuration:
 
 1. healthy ingest: `promtool check metrics` is clean on a real scrape; every
    PromQL expression of the dashboard, and every alert expression with its
    thresholds turned into ``bool`` comparisons (so it keeps every series it
    would compare), returns data; every rule evaluates without error;
 2. the S3 server stops: /readyz answers 503 and Prometheus sees the service not
-   ready, the storage heartbeat stale and the sensors query stuck or down;
+   ready, the storage heartbeat stale and the sensors query stuck or down; it fires
+   StorageUnreachable and NoProgress, and the Alertmanager (its inhibit rules) sends
+   one notification, StorageUnreachable's;
 3. the service is killed, and ``lakehouse-ingest status --json`` reports the
    checkpoint's committed offsets, the broker's latest and the tables.
 
@@ -30,6 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,8 @@ import yaml
 from devstack import MinioServer, free_port
 
 from service.lake.tables import SHIPPED, contract_tables
+from tests.support.alertmanager import alertmanager, notified, webhook
+from tests.support.chart import NAMESPACE, render
 from tests.support.kafka import end_offsets, group_offsets
 from tests.support.lake import Lake
 from tests.support.repo import REPO
@@ -63,16 +69,20 @@ JVM_LAUNCHER_NOTICES = ("WARNING: Using incubator modules", "SLF4J: ")
 
 
 class Prometheus:
-    """The Debian ``prometheus`` server on a free loopback port with temporary storage."""
+    """The Debian ``prometheus`` server on a free loopback port with temporary storage,
+    evaluating the alert rules of ``rule_file`` and sending them to the Alertmanager
+    listening at ``alertmanager``."""
 
-    def __init__(self, work_dir: Path, target: str) -> None:
+    def __init__(self, work_dir: Path, target: str, rule_file: Path, alertmanager: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = work_dir / "prometheus.yml"
         config.write_text(
             PROMETHEUS_CONFIG.read_text()
             .replace("@TARGET@", target)
-            .replace("@RULE_FILE@", str(ALERTS))
+            .replace("@RULE_FILE@", str(rule_file))
+            .replace("@ALERTMANAGER@", alertmanager)
+            .replace("@NAMESPACE@", NAMESPACE)
         )
         self.log_path = work_dir / "prometheus.log"
         binary = shutil.which("prometheus")
@@ -113,6 +123,25 @@ class Prometheus:
             self.proc.wait()
 
 
+def release_rules(work_dir: Path) -> Path:
+    """The chart's PrometheusRule groups, as a release would get them, in a rule file: the
+    job this test's Prometheus scrapes, and StorageUnreachable (20 s stale) and NoProgress
+    (60 s) made to fire within the test's outage, each after 5 s (chart values)."""
+    manifests = render(
+        None,
+        True,
+        f"monitoring.alerts.job={JOB}",
+        "monitoring.alerts.thresholds.storageStaleSeconds=20",
+        "monitoring.alerts.rules.StorageUnreachable.for=5s",
+        "monitoring.alerts.thresholds.noProgressSeconds=60",
+        "monitoring.alerts.rules.NoProgress.for=5s",
+    )
+    (rule,) = [m for m in manifests if m["kind"] == "PrometheusRule"]
+    path = work_dir / "release-rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    return path
+
+
 @pytest.fixture
 def minio(minio_server: MinioServer) -> Iterator[MinioServer]:
     """The session's MinIO, restarted after the test if the test stopped it."""
@@ -145,7 +174,15 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         INGEST_MAINTENANCE_INTERVAL_SECONDS="5",
     )
     base = f"http://127.0.0.1:{http_port}"
-    prometheus = Prometheus(lake.work_dir, f"127.0.0.1:{http_port}")
+    stack = contextlib.ExitStack()
+    receiver, received = stack.enter_context(webhook())
+    alertmanager_port = stack.enter_context(alertmanager(lake.work_dir, receiver))
+    prometheus = Prometheus(
+        lake.work_dir,
+        f"127.0.0.1:{http_port}",
+        release_rules(lake.work_dir),
+        f"127.0.0.1:{alertmanager_port}",
+    )
     feeder: subprocess.Popen[bytes] | None = None
     try:
         service.start()
@@ -200,6 +237,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
 
         # The S3 server goes away while data keeps arriving.
         feeder = _start_feeder(lake)
+        outage = time.time()
         minio.stop()
         _eventually(lambda: _http_status(f"{base}/readyz") == 503, 90, "/readyz 503")
         detail = _http_body(f"{base}/readyz")
@@ -240,6 +278,7 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
         # Records waiting and no batch finishing: liveness fails, so Kubernetes restarts it.
         _eventually(lambda: _http_status(f"{base}/healthz") == 503, 90, "/healthz 503")
         assert "wedged: no batch finished for over 40s: " in _http_body(f"{base}/healthz")
+        _assert_the_outage_pages_once(prometheus, received, outage)
     finally:
         if feeder is not None:
             feeder.kill()
@@ -248,9 +287,47 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
             minio.start()
         service.cleanup()
         prometheus.stop()
+        stack.close()
 
     _assert_logs_are_json_without_secrets(service)
     _assert_status_reports_checkpoint_lag_and_tables(lake)
+
+
+def _assert_the_outage_pages_once(
+    prometheus: Prometheus, received: list[dict[str, Any]], outage: float
+) -> None:
+    """Prometheus fires StorageUnreachable and a consequence (the sensors query without
+    progress); the Alertmanager, with the shipped inhibit rules, notifies the first only."""
+    firing = 'ALERTS{alertstate="firing", alertname=~"StorageUnreachable|NoProgress"}'
+    _eventually(
+        lambda: (
+            {a["metric"]["alertname"] for a in prometheus.query(firing)}
+            == {"StorageUnreachable", "NoProgress"}
+        ),
+        180,
+        "Prometheus fires StorageUnreachable and NoProgress",
+    )
+
+    def since_outage() -> list[tuple[str, str]]:
+        return notified(
+            [
+                {"alerts": [a]}
+                for n in received
+                for a in n["alerts"]
+                if a["status"] == "firing" and _epoch(a["startsAt"]) >= outage
+            ]
+        )
+
+    _eventually(lambda: bool(since_outage()), 60, "the Alertmanager notifies the outage")
+    time.sleep(5)  # NoProgress is sent every evaluation: a failed inhibition shows by now
+    assert [("StorageUnreachable", JOB)] == since_outage(), received
+
+
+def _epoch(rfc3339: str) -> float:
+    """Seconds since the epoch of an Alertmanager timestamp (nanosecond fractions)."""
+    moment, _, fraction = rfc3339.rstrip("Z").partition(".")
+    whole = datetime.fromisoformat(moment).replace(tzinfo=UTC).timestamp()
+    return whole + float(f"0.{fraction or 0}")
 
 
 def _assert_promtool_check_metrics_is_clean(exposition: str) -> None:
