@@ -134,6 +134,10 @@ class RecentIds:
         if version == self._version:
             return True
         self._drop()
+        if self._silver.holds_none(floor, None):
+            # No file of silver holds an arrival from the floor on: nothing to load.
+            self._version, self._floor = version, floor
+            return True
         now = self._clock()
         if now < self._retry_at:
             return False

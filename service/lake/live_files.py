@@ -75,6 +75,14 @@ class LiveFiles:
         chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
         return DataFrame(chosen_only, spark).where(window)
 
+    def holds_none(self, start: datetime, end: datetime | None) -> bool:
+        """Whether the statistics of the files kept (of the version `version` or `read`
+        saw last) rule out a row whose ``column`` lies in ``[start, end]`` (both UTC; no
+        end: from ``start`` on): a read would then run Spark jobs to return no row."""
+        if self._files is None or self._version is None:
+            return False
+        return not any(file.may_hold(start, end) for file in self._files)
+
     def version(self, spark: SparkSession) -> int:
         """The table's latest version (its files are kept for it)."""
         return int(self._latest(spark)[1].version())
