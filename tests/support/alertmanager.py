@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,19 @@ def alertmanager(work_dir: Path, receiver_url: str) -> Iterator[int]:
         process.wait(10)
 
 
-def notified(received: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(alertname, job) of every alert in ``received`` notifications, sorted."""
+def notified(received: list[dict[str, Any]], since: float | None = None) -> list[tuple[str, str]]:
+    """(alertname, job) of every alert in ``received`` notifications, sorted; with ``since``
+    (seconds since the epoch), only the firing ones that started then or later."""
     return sorted(
         (alert["labels"]["alertname"], alert["labels"]["job"])
         for notification in received
         for alert in notification["alerts"]
+        if since is None or (alert["status"] == "firing" and _epoch(alert["startsAt"]) >= since)
     )
+
+
+def _epoch(rfc3339: str) -> float:
+    """Seconds since the epoch of an Alertmanager timestamp (nanosecond fractions)."""
+    moment, _, fraction = rfc3339.rstrip("Z").partition(".")
+    whole = datetime.fromisoformat(moment).replace(tzinfo=UTC).timestamp()
+    return whole + float(f"0.{fraction or 0}")
