@@ -31,8 +31,9 @@ from service.verbs.driver_view import DriverView, QueryNow
 log = structlog.get_logger(__name__)
 
 _POLL_SECONDS = 0.5
-# Spark's status messages of a micro-batch query between two triggers.
-_WAITING_FOR_TRIGGER = ("Waiting for next trigger", "Waiting for data to arrive")
+# How deep in a query thread's stack the wait for its next trigger is (Thread.sleep's
+# frames, then Spark's Clock.waitTillTime).
+_TRIGGER_WAIT_FRAMES = 6
 # A query silent (no progress, no idle event) for longer than this is stuck in a batch.
 _MIN_PROGRESS_AGE_SECONDS = 120.0
 
@@ -116,26 +117,20 @@ def stop_gracefully(running: list[RunningQuery], timeout: float) -> None:
     Each query is marked terminated the way `StreamingQuery.stop` marks it, without
     the interrupt: Spark checks that mark before it starts a trigger, so the batch
     in flight (planning or writing) finishes and is committed, and no new one
-    starts. A query seen waiting for its next trigger twice in a row is stopped
-    then (the interrupt lands in that wait); the others end by themselves. Queries
-    still running at the deadline are interrupted: their batch replays on restart.
+    starts. A query whose thread sleeps until its next trigger is stopped then (the
+    interrupt lands in that sleep); the others end by themselves. Queries still
+    running at the deadline are interrupted: their batch replays on restart.
     """
     active = [q for q in running if q.handle.isActive]
     in_flight = {q.spec.name: q.writer.in_flight()[0] for q in active}
     log.info("stopping", in_flight={k: v for k, v in in_flight.items() if v is not None})
     for query in active:
         _end_after_current_trigger(query.handle)
-    waiting: set[str] = set()
     deadline = time.monotonic() + timeout
     while active and time.monotonic() < deadline:
         for query in list(active):
-            name = query.spec.name
             if _running(query.handle):
-                if not _between_triggers(query):
-                    waiting.discard(name)
-                    continue
-                if name not in waiting:
-                    waiting.add(name)
+                if not _waiting_for_trigger(query.handle):
                     continue
                 query.handle.stop()
             active.remove(query)
@@ -156,11 +151,18 @@ def _running(handle: StreamingQuery) -> bool:
     return bool(handle._jsq.streamingQuery().queryExecutionThread().isAlive())
 
 
-def _between_triggers(query: RunningQuery) -> bool:
-    """Whether the query's thread waits for its next trigger (no batch, no planning)."""
-    if query.writer.in_flight()[0] is not None:
-        return False
-    return query.handle.status["message"] in _WAITING_FOR_TRIGGER
+def _waiting_for_trigger(handle: StreamingQuery) -> bool:
+    """Whether the query's thread sleeps until its next trigger (Spark's trigger executor
+    in ``Clock.waitTillTime``). Such a thread has ended its batch and checks the
+    terminated mark before it starts another, so interrupting it loses nothing. Spark's
+    status message, which this read before, raced the start of a trigger under load:
+    the interrupt failed a batch that had just begun (its rows replay, but it logged).
+    """
+    frames = handle._jsq.streamingQuery().queryExecutionThread().getStackTrace()
+    return any(
+        frames[i].getMethodName() == "waitTillTime"
+        for i in range(min(len(frames), _TRIGGER_WAIT_FRAMES))
+    )
 
 
 def _end_after_current_trigger(handle: StreamingQuery) -> None:

@@ -29,7 +29,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tests.support.kafka import topic_records
-from tests.support.lake import Lake, LakeFactory, assert_bronze_exactly_once, table_coordinates
+from tests.support.lake import (
+    Lake,
+    LakeFactory,
+    assert_bronze_exactly_once,
+    generator_summary,
+    table_coordinates,
+)
 from tests.support.service_process import ServiceProcess
 from tests.support.users import expected_users, silver_users
 
@@ -201,7 +207,7 @@ def test_only_committed_records_land_and_reconcile_knows_markers_aborts_and_comp
                        "--transaction-size", "150", "--abort-fraction", "0.34", **elsewhere),
         lake.producing("--users", "20", "--readings", "1500", "--seed", "6", **elsewhere),
     ]  # fmt: skip
-    summaries = [json.loads(g.communicate(timeout=300)[0].splitlines()[-1]) for g in generators]
+    summaries = [generator_summary(g, timeout=300) for g in generators]
     assert summaries[0]["by_category"]["sensors.aborted"] >= 450, summaries[0]
 
     env = {

@@ -189,8 +189,7 @@ class Lake:
     def generate(self, *args: str, **env: str) -> str:
         """Run the generator to completion and return its summary line."""
         result = self._run(("generate", *args), env, timeout=600)
-        assert result.code == 0, result.err + result.out
-        return result.out.strip().splitlines()[-1]
+        return _summary_line(result.code, result.out, result.err)
 
     def cli(self, *args: str, **env: str) -> Run:
         """``python -m service ARGS`` on this lake as an operator runs it (``env`` overrides
@@ -220,6 +219,22 @@ class Lake:
     def table(self, name: str) -> str:
         """URI of table ``name`` in this lake."""
         return f"{self.storage_root}/{name}"
+
+
+def generator_summary(generator: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """Wait for a generator started by `Lake.producing` and return its JSON summary."""
+    out, err = generator.communicate(timeout=timeout)
+    return dict(json.loads(_summary_line(generator.returncode, out, err)))
+
+
+def _summary_line(code: int, out: str, err: str) -> str:
+    """A generator's summary (its last line on stdout), or a failure that shows everything
+    it printed: its exit code, stdout and stderr."""
+    lines = out.strip().splitlines()
+    assert code == 0 and lines and lines[-1].startswith('{"by_category"'), (
+        f"generator exit {code}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    )
+    return lines[-1]
 
 
 class LakeFactory(Protocol):

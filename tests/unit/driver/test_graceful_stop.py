@@ -1,4 +1,5 @@
-"""The graceful stop's deadline: a batch still running when it passes is interrupted."""
+"""The graceful stop: a query asleep until its next trigger is stopped in that sleep; a
+batch still running at the deadline is interrupted."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pyspark.sql import DataFrame, SparkSession
+from structlog.testing import capture_logs
 
 from service.driver.running import RunningQuery, _running, stop_gracefully
 from service.streaming.queries import QueryWriter
@@ -39,5 +41,37 @@ def test_a_batch_still_running_at_the_deadline_is_interrupted(
 
         assert not _running(handle)
         assert time.monotonic() - started < 30
+    finally:
+        handle.stop()
+
+
+def test_a_query_asleep_until_its_next_trigger_is_stopped_in_that_sleep(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    writer = QueryWriter("idle", fence=lambda: None)
+    written = threading.Event()
+
+    def quick(batch: DataFrame, batch_id: int) -> None:
+        with writer.writing(batch_id):
+            batch.count()
+        written.set()
+
+    handle = (
+        spark.readStream.format("rate")
+        .load()
+        .writeStream.foreachBatch(quick)
+        .trigger(processingTime="1 hour")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        assert written.wait(60)
+        query = RunningQuery(SimpleNamespace(name="idle"), handle, writer)  # type: ignore[arg-type]
+        with capture_logs() as logs:
+            stop_gracefully([query], timeout=120.0)
+
+        assert not _running(handle)
+        assert writer.last_batch_id == 0
+        assert [e["event"] for e in logs] == ["stopping", "query_stopped"]
     finally:
         handle.stop()
