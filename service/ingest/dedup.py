@@ -12,7 +12,8 @@ shuffles move a few dozen bytes a reading, not whole readings, and the readings
 themselves are filtered only when the batch has duplicates at all. It first
 narrows the readings to the event ids seen at two Kafka coordinates or more
 (`duplicate_candidates`, one hash aggregation); the windows and the join that
-decide which of them repeat what run on those few rows only.
+decide which of them repeat what run on those few rows only, and not at all when
+there are none (the usual batch): the search then ends after that one aggregation.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
 # Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
 BROADCAST_IDS = 1_000_000
+# Candidate ids a driver collects and hands back as a local relation at most; more are
+# computed again within the search's plan.
+LOCAL_IDS = 10_000
 
 
 def find_duplicates(
@@ -34,14 +38,16 @@ def find_duplicates(
     rows: int,
     id_column: str,
     schema: StructType,
-) -> DataFrame:
-    """The duplicates table's rows (``schema``) of ``readings``: each repeat, what it repeats.
+) -> DataFrame | None:
+    """The duplicates table's rows (``schema``) of ``readings``: each repeat, what it repeats;
+    None when no id of ``readings`` is at two Kafka coordinates (no repeat can exist).
 
     ``recent_silver`` is the contract's silver table, ideally pruned to the arrival
     window ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
     earliest silver event it matches, else the previous one in the batch. ``rows`` is
     the number of ``readings``: up to `BROADCAST_IDS` the batch's ids are broadcast
-    (neither silver nor the batch is shuffled); beyond it (a large replay), Spark plans
+    (neither silver nor the batch is shuffled) and the candidate ids are collected first
+    (one Spark job; None when there are none); beyond it (a large replay), Spark plans
     the joins by its own estimates. ``id_column`` is renamed ``event_id`` while searching.
     """
     readings = readings.withColumnRenamed(id_column, "event_id")
@@ -53,7 +59,13 @@ def find_duplicates(
         F.broadcast(batch_ids) if share else batch_ids, "event_id", "left_semi"
     )
     candidates = duplicate_candidates(readings, recent_silver)
-    candidates = F.broadcast(candidates) if share else candidates
+    if share:
+        ids = candidates.limit(LOCAL_IDS + 1).collect()
+        if not ids:
+            return None
+        if len(ids) <= LOCAL_IDS:
+            candidates = readings.sparkSession.createDataFrame(ids, candidates.schema)
+        candidates = F.broadcast(candidates)
     readings = readings.join(candidates, "event_id", "left_semi")
     recent_silver = recent_silver.join(candidates, "event_id", "left_semi")
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")

@@ -151,12 +151,14 @@ class EventsSilver:
                 )
         if not unseen:
             with writes.phase("dedup"):
-                # Cached: the silver lookup runs once, for the count, the write and the filter.
                 recent = self.recent_events(spark, summary)
-                outcome.duplicates = find_duplicates(
+                found = find_duplicates(
                     events, recent, self._horizon, summary.valid, self._id, self._schema
-                ).persist()
-                outcome.duplicate_rows = outcome.duplicates.count()
+                )
+                if found is not None:
+                    # Cached: the search runs once, for the count, the write and the filter.
+                    outcome.duplicates = found.persist()
+                    outcome.duplicate_rows = found.count()
         found, fresh = outcome.duplicates, events
         pending: list[Callable[[], object]] = []
         if found is not None and outcome.duplicate_rows:

@@ -85,6 +85,9 @@ class BatchWriter(QueryWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
+        # The query's own session: adaptive execution runs each shuffle stage of a plan as
+        # a Spark job of its own, most of a small batch's jobs (sensors 21-24, users 16).
+        batch.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
         with self.writing(batch_id), self._ingest.writing():
             profile = BatchProfile(batch.sparkSession.sparkContext)
             # Stamped after validation (see `to_records`); cached without the text

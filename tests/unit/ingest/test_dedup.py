@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from service.ingest import dedup
 from service.ingest.dedup import (
     BROADCAST_IDS,
     duplicate_candidates,
@@ -23,10 +24,16 @@ T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
 
 
-@pytest.mark.parametrize("rows", [6, BROADCAST_IDS + 1], ids=["broadcast", "planned-by-spark"])
+@pytest.mark.parametrize(
+    ("rows", "local_ids"),
+    [(6, 10), (6, 2), (BROADCAST_IDS + 1, 10)],
+    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark"],
+)
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
-    spark: SparkSession, rows: int
+    spark: SparkSession, rows: int, local_ids: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Three candidate ids below: collected and handed back, or more than LOCAL_IDS.
+    monkeypatch.setattr(dedup, "LOCAL_IDS", local_ids)
     silver = readings(
         spark,
         [
@@ -47,6 +54,7 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
         ],
     )
     duplicates = find_duplicates(batch, silver, HORIZON, rows, "event_id", SENSOR_DUPLICATES)
+    assert duplicates is not None
     fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
     assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
@@ -66,7 +74,12 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
 def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     silver = readings(spark, [("a", 0, 1, T0)])
     batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
-    duplicates = find_duplicates(batch, silver, HORIZON, 3, "event_id", SENSOR_DUPLICATES)
+    # "a" at the same coordinates in silver is a replay, not a candidate: no search at all.
+    assert find_duplicates(batch, silver, HORIZON, 3, "event_id", SENSOR_DUPLICATES) is None
+    # With a repeat beyond the horizon there is a candidate, and the search finds nothing.
+    beyond = readings(spark, [("b", 2, 9, T0 - timedelta(hours=2))]).unionByName(silver)
+    duplicates = find_duplicates(batch, beyond, HORIZON, 3, "event_id", SENSOR_DUPLICATES)
+    assert duplicates is not None
     assert 0 == duplicates.count()
     assert ["a", "b", "c"] == sorted(
         r.event_id for r in without_duplicates(batch, duplicates).collect()

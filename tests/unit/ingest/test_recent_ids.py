@@ -59,7 +59,7 @@ class Writer:
         if checked[0]:
             silver = self.live.read(self.spark, arrival - timedelta(seconds=HORIZON), arrival)
             found = find_duplicates(batch, silver, HORIZON, len(ids), "event_id", DUPLICATES)
-            assert 0 == found.count()
+            assert found is None
         commit = append_once(batch, self.uri, "sensors", self.batches)
         self.live.committed(commit)
         self.recent.committed(commit)
