@@ -7,8 +7,9 @@ query, and it reads silver's recent arrivals every batch (dedup): `LiveFiles` ke
 the table's live files between batches, with each file's bounds of one timestamp
 column from its statistics, adds the files of the writer's own commits, and reads
 exactly the files whose bounds meet the wanted range. When the table's version is not
-the one kept (maintenance, auto-compaction, a replay, any other writer), the files
-are loaded again from the table's state, as a plain read would list them.
+the one kept (a start, maintenance, auto-compaction, a replay, any other writer), the
+files are loaded again: from the version's checksum file, where Delta lists a small
+table's files, else from the table's state, as a plain read would list them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.lake.delta import Commit, latest_snapshot
+from service.lake.delta import Commit, latest_snapshot, scala_items
 
 # Delta writes timestamp statistics truncated to the millisecond.
 _STATS_PRECISION = timedelta(milliseconds=1)
@@ -104,12 +105,15 @@ class LiveFiles:
             self._version = commit.version
 
     def _load(self, snapshot: Any) -> None:
-        """Keep the live files of ``snapshot``: one reconstruction of its state."""
+        """Keep the live files of ``snapshot``: those its checksum lists (no Spark job),
+        else one reconstruction of its state (a Spark job, ~3 s in a driver's first)."""
         self._version = int(snapshot.version())
-        actions = snapshot.allFiles().collectAsList()
+        actions = _checksum_files(snapshot)
+        if actions is None:
+            listed = snapshot.allFiles().collectAsList()
+            actions = [listed.get(i) for i in range(listed.size())]
         files: list[_File] = []
-        for i in range(actions.size()):
-            action = actions.get(i)
+        for action in actions:
             if action.deletionVector() is not None:
                 self._files = None
                 return
@@ -126,6 +130,16 @@ class LiveFiles:
         if low is None or high is None:
             return _File(action, None, None)
         return _File(action, _utc(low), _utc(high))
+
+
+def _checksum_files(snapshot: Any) -> list[Any] | None:
+    """The live files (``AddFile``s, py4j) that the snapshot's checksum file lists, None if
+    it has none: Delta writes them there while a table has few files
+    (``spark.databricks.delta.allFilesInCrc.*``), not for a table another writer made."""
+    checksum = snapshot.checksumOpt()
+    if checksum.isEmpty() or checksum.get().allFiles().isEmpty():
+        return None
+    return scala_items(checksum.get().allFiles().get())
 
 
 def _utc(text: str) -> datetime:

@@ -231,3 +231,22 @@ def test_live_files_read_what_a_plain_read_does_from_the_files_of_the_range_only
     live.committed(append_once(_arrivals(spark, 2).limit(1), uri, "app", 4))
     assert 10 == len(plain())
     assert plain() == keys(live.read(spark, start, end))
+
+    # A new writer (a restart) loads them from the version's checksum: no Spark job.
+    jvm: Any = spark.sparkContext._jvm
+    forget_delta_logs = jvm.org.apache.spark.sql.delta.DeltaLog.clearCache
+    forget_delta_logs()
+    restarted, loaded = LiveFiles(uri, "kafka_timestamp"), []
+    assert 0 == jobs_of(
+        spark, "live-load", lambda: loaded.append(restarted.read(spark, start, end))
+    )
+    assert plain() == keys(loaded[0])
+    # Without a checksum, from the table's state.
+    for crc in (tmp_path / "silver" / "_delta_log").glob("*.crc"):
+        crc.unlink()
+    forget_delta_logs()
+    rebuilt, loaded = LiveFiles(uri, "kafka_timestamp"), []
+    assert 0 < jobs_of(
+        spark, "live-rebuild", lambda: loaded.append(rebuilt.read(spark, start, end))
+    )
+    assert plain() == keys(loaded[0])
