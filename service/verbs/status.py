@@ -268,7 +268,9 @@ def table_status(reader: LakeReader, table: Table, contract: Contract | None = N
         delta = reader.open_if_exists(table)
         if delta is None:
             return TableStatus(table.name, uri, exists=False)
-        [last] = delta.history(1)
+        # delta-rs lists the commits from the opened version on, newest first, with those
+        # a live writer made since: the opened version's is the last.
+        last = delta.history(1)[-1]
         rows = run_sql({"t": delta}, "SELECT COUNT(*) AS n FROM t").column("n")[0].as_py()
         properties = dict(delta.metadata().configuration)
     except (LakeReadError, OSError) as e:

@@ -7,6 +7,7 @@ import socket
 import time
 from pathlib import Path
 
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from service.config import Settings
@@ -18,7 +19,7 @@ from service.lake.delta import append_once, ensure_table
 from service.lake.evolution import Evolution, apply_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.object_files import ObjectFiles
-from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS, contract_tables
+from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS, Table, contract_tables
 from service.verbs.driver_view import DriverView, QueryNow
 from service.verbs.status import (
     LeaseStatus,
@@ -106,6 +107,19 @@ def test_table_status_reads_version_commit_and_rows_from_the_delta_log(
     )
     assert status.last_commit_time is not None
     assert (False, None) == (missing.exists, missing.rows)
+
+    # A live writer commits between the table's opening and the read of its history:
+    # the status is the opened version's, with its rows.
+    class Racing(LakeReader):
+        def open_if_exists(self, table: Table) -> DeltaTable | None:
+            delta = super().open_if_exists(table)
+            append_once(spark.createDataFrame(rows, schema).coalesce(1), uri, "app", 1)
+            return delta
+
+    raced = table_status(
+        Racing(reader.root, reader.options, reader.catalogue), SENSOR_DUPLICATES_TABLE
+    )
+    assert (1, 3, None) == (raced.version, raced.rows, raced.error)
 
 
 def test_report_lists_queries_and_tables_as_text_and_json() -> None:
