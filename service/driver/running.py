@@ -117,14 +117,17 @@ def stop_gracefully(running: list[RunningQuery], timeout: float) -> None:
     Each query is marked terminated the way `StreamingQuery.stop` marks it, without
     the interrupt: Spark checks that mark before it starts a trigger, so the batch
     in flight (planning or writing) finishes and is committed, and no new one
-    starts. A query whose thread sleeps until its next trigger is stopped then (the
-    interrupt lands in that sleep); the others end by themselves. Queries still
-    running at the deadline are interrupted: their batch replays on restart.
+    starts (a batch that was planning when marked interrupts its own thread at its
+    write, which its writer clears: `QueryWriter.writing`). A query whose thread
+    sleeps until its next trigger is stopped then (the interrupt lands in that
+    sleep); the others end by themselves. Queries still running at the deadline are
+    interrupted: their batch replays on restart.
     """
     active = [q for q in running if q.handle.isActive]
     in_flight = {q.spec.name: q.writer.in_flight()[0] for q in active}
     log.info("stopping", in_flight={k: v for k, v in in_flight.items() if v is not None})
     for query in active:
+        query.writer.end_after_this_batch()
         _end_after_current_trigger(query.handle)
     deadline = time.monotonic() + timeout
     while active and time.monotonic() < deadline:
@@ -154,9 +157,7 @@ def _running(handle: StreamingQuery) -> bool:
 def _waiting_for_trigger(handle: StreamingQuery) -> bool:
     """Whether the query's thread sleeps until its next trigger (Spark's trigger executor
     in ``Clock.waitTillTime``). Such a thread has ended its batch and checks the
-    terminated mark before it starts another, so interrupting it loses nothing. Spark's
-    status message, which this read before, raced the start of a trigger under load:
-    the interrupt failed a batch that had just begun (its rows replay, but it logged).
+    terminated mark before it starts another, so interrupting it loses nothing.
     """
     frames = handle._jsq.streamingQuery().queryExecutionThread().getStackTrace()
     return any(

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
@@ -79,6 +80,7 @@ class QueryWriter:
         self._in_flight_since = 0.0
         self.last_batch_id: int | None = None
         self.maintenance = maintenance
+        self._ending = False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write micro-batch ``batch_id`` (the ``foreachBatch`` function)."""
@@ -105,7 +107,15 @@ class QueryWriter:
         After the block succeeded, the due maintenance of the query's tables runs here,
         in the query's thread, before the next batch: never beside the tables' writer.
         It is still part of the batch in flight, so a graceful stop waits for it.
+
+        Once a graceful stop has begun (`end_after_this_batch`), Spark 4.2 interrupts
+        the query's own thread when a batch it was planning reaches its write (the query
+        is marked terminated): that interrupt is cleared here, so the batch is written
+        in full and committed instead of failing in its first Spark job.
         """
+        if self._ending:
+            jvm: Any = SparkSession.active().sparkContext._jvm
+            jvm.java.lang.Thread.interrupted()  # runs on the query's thread (pinned)
         self._in_flight, self._in_flight_since = batch_id, time.monotonic()
         try:
             yield
@@ -114,6 +124,11 @@ class QueryWriter:
                 self.maintenance.run_due(SparkSession.active())
         finally:
             self._in_flight = None
+
+    def end_after_this_batch(self) -> None:
+        """A graceful stop marks the query terminated now: a batch it is planning is
+        still written in full (`writing`)."""
+        self._ending = True
 
     def in_flight(self) -> tuple[int | None, float | None]:
         """The batch being written and for how many seconds (None, None between batches)."""

@@ -1,5 +1,6 @@
-"""The graceful stop: a query asleep until its next trigger is stopped in that sleep; a
-batch still running at the deadline is interrupted."""
+"""The graceful stop: a batch planned while it began is written in full; a query asleep
+until its next trigger is stopped in that sleep; a batch still running at the deadline
+is interrupted."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from structlog.testing import capture_logs
@@ -73,5 +75,37 @@ def test_a_query_asleep_until_its_next_trigger_is_stopped_in_that_sleep(
         assert not _running(handle)
         assert writer.last_batch_id == 0
         assert [e["event"] for e in logs] == ["stopping", "query_stopped"]
+    finally:
+        handle.stop()
+
+
+def test_a_batch_planned_as_the_stop_began_is_written_despite_sparks_own_interrupt(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    writer = QueryWriter("planned", fence=lambda: None)
+    counted: list[int] = []
+    jvm: Any = spark.sparkContext._jvm
+
+    def interrupted_then_written(batch: DataFrame, batch_id: int) -> None:
+        # What Spark 4.2 does to a batch whose query was marked terminated while it
+        # planned: it interrupts its own thread before the write.
+        writer.end_after_this_batch()
+        jvm.java.lang.Thread.currentThread().interrupt()
+        with writer.writing(batch_id):
+            counted.append(batch.count())
+
+    handle = (
+        spark.readStream.format("rate")
+        .load()
+        .writeStream.foreachBatch(interrupted_then_written)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        handle.awaitTermination(120)
+        assert handle.exception() is None
+        assert len(counted) >= 1
+        assert writer.last_batch_id is not None
     finally:
         handle.stop()
