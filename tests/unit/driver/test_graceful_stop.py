@@ -6,15 +6,27 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 from structlog.testing import capture_logs
 
 from service.driver.running import RunningQuery, _running, stop_gracefully
 from service.streaming.queries import QueryWriter
+
+
+def _rate_query(
+    spark: SparkSession, write: Callable[[DataFrame, int], None], tmp_path: Path, **trigger: Any
+) -> StreamingQuery:
+    """A rate-source query writing with ``write``, with ``trigger`` if given."""
+    writer = spark.readStream.format("rate").load().writeStream.foreachBatch(write)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start()
 
 
 def test_a_batch_still_running_at_the_deadline_is_interrupted(
@@ -28,13 +40,7 @@ def test_a_batch_still_running_at_the_deadline_is_interrupted(
             writing.set()
             batch.sparkSession.range(10**13).selectExpr("max(id)").collect()
 
-    handle = (
-        spark.readStream.format("rate")
-        .load()
-        .writeStream.foreachBatch(endless)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    handle = _rate_query(spark, endless, tmp_path)
     try:
         assert writing.wait(60)
         query = RunningQuery(SimpleNamespace(name="slow"), handle, writer)  # type: ignore[arg-type]
@@ -58,14 +64,7 @@ def test_a_query_asleep_until_its_next_trigger_is_stopped_in_that_sleep(
             batch.count()
         written.set()
 
-    handle = (
-        spark.readStream.format("rate")
-        .load()
-        .writeStream.foreachBatch(quick)
-        .trigger(processingTime="1 hour")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    handle = _rate_query(spark, quick, tmp_path, processingTime="1 hour")
     try:
         assert written.wait(60)
         query = RunningQuery(SimpleNamespace(name="idle"), handle, writer)  # type: ignore[arg-type]
@@ -94,14 +93,7 @@ def test_a_batch_planned_as_the_stop_began_is_written_despite_sparks_own_interru
         with writer.writing(batch_id):
             counted.append(batch.count())
 
-    handle = (
-        spark.readStream.format("rate")
-        .load()
-        .writeStream.foreachBatch(interrupted_then_written)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    handle = _rate_query(spark, interrupted_then_written, tmp_path, availableNow=True)
     try:
         handle.awaitTermination(120)
         assert handle.exception() is None
