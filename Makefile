@@ -61,11 +61,13 @@ $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH):
 	touch $@
 
 # The driver JVM's class-data-sharing archive (deploy/local/cds.py): made by one driver
-# run, valid for these jars, this virtualenv's PySpark and this JDK; the venv's drivers
-# find it there (INGEST_SPARK_CDS_ARCHIVE) and start with about a third less CPU.
-JAVA_HASH := $(shell java -version 2>&1 | sha256sum | cut -c1-16)
+# run on a local Kafka and MinIO, valid for these jars, this virtualenv's PySpark and
+# this JDK; the venv's drivers find it there (INGEST_SPARK_CDS_ARCHIVE) and start with
+# about a third less CPU. It extends the JDK's own archive (lib/server/classes.jsa), so
+# a JDK whose archive was regenerated in place (same version) needs a new one too.
+JAVA_HASH := $(shell (java -version 2>&1; cat "$$(dirname "$$(readlink -f "$$(command -v java)")")/../lib/server/classes.jsa") | sha256sum | cut -c1-16)
 cds: $(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH)
-$(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH): $(VENV)/.installed $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH) $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH)
+$(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH): $(VENV)/.installed $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH) $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH) $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH)
 	rm -f $(VENV)/.stamp-cds-*
 	$(PY) deploy/local/cds.py $(VENV)/share/lakehouse-ingest/driver-classes.jsa
 	touch $@

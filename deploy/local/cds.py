@@ -5,7 +5,8 @@
 A driver start loads and verifies some 20,000 classes (Spark, Delta, the Kafka source,
 s3a); an archive of them, mapped at start, saves about a third of a start's CPU. The
 archive is made the way the JVM (17) makes one: a driver ingests a few hundred records
-from a throwaway local Kafka into a throwaway local lake, gold on, with
+from a throwaway local Kafka into a throwaway lake on a throwaway local MinIO (so that
+the archive holds s3a's and the AWS SDK's classes too, some 2,500), gold on, with
 ``-XX:ArchiveClassesAtExit``; the JVM writes the archive when it exits. It is valid for
 these jars, this PySpark and this JDK only (``make cds`` rebuilds it when they change);
 a driver skips an archive it cannot use (service/streaming/session.py).
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from devstack import KafkaBroker
+from devstack import KafkaBroker, MinioServer
 
 REPO = Path(__file__).resolve().parents[2]
 # Records of every kind, so that quarantine, dedup and the users MERGE load their classes.
@@ -48,12 +49,17 @@ def build(archive: Path) -> None:
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     with tempfile.TemporaryDirectory(prefix="lakehouse-cds-") as scratch:
         work = Path(scratch)
-        with KafkaBroker(work / "kafka") as broker:
+        with KafkaBroker(work / "kafka") as broker, MinioServer(work / "minio") as minio:
             broker.create_topics(["users", "sensors"], partitions=3)
+            minio.create_bucket("lakehouse")
             env = {
                 **os.environ,
+                "AWS_ENDPOINT_URL": minio.endpoint_url,
+                "AWS_ACCESS_KEY_ID": minio.access_key,
+                "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+                "AWS_REGION": "us-east-1",
                 "INGEST_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-                "INGEST_STORAGE_ROOT": str(work / "lake"),
+                "INGEST_STORAGE_ROOT": "s3a://lakehouse/cds",
                 "INGEST_HTTP_PORT": "0",
                 "INGEST_SPARK_UI_ENABLED": "false",
                 "INGEST_LOG_LEVEL": "WARNING",
