@@ -27,6 +27,7 @@ from tests.support.lake import (
     copy_storage_root,
     table_coordinates,
 )
+from tests.support.service_process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
@@ -35,44 +36,50 @@ EXIT_REFUSED = 3
 
 # SIGTERM to the whole process group reaches the Spark JVM too, which must leave the stop
 # to the driver (a SIGTERM to the driver alone, as Kubernetes sends it, is the lesser case).
-@pytest.mark.parametrize("stop", ["sigterm-group", "ctrl-c"])
+# Ctrl-C in a terminal sends SIGINT to the group. One lake: the second driver resumes
+# where the first stopped, and is stopped the other way.
 def test_a_stop_under_load_finishes_the_batches_in_flight_starts_none_and_logs_no_error(
-    spark: SparkSession, lake: Lake, stop: str
+    spark: SparkSession, lake: Lake
 ) -> None:
     lake.generate("--users", "2000", "--readings", "20000", "--seed", "3")
-    driver = lake.service(stop, INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
+    for stop in ("sigterm-group", "ctrl-c"):
+        driver = lake.service(stop, INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER="5000").start()
+        try:
+            driver.wait_for_log('"event": "batch_written"', timeout=180)
+            if stop == "sigterm-group":
+                driver.terminate_group()  # Python and the Spark JVM, as timeout or systemd do
+            else:
+                driver.interrupt_group()  # Python and the Spark JVM, as a terminal does
+            assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
+        finally:
+            driver.cleanup()
+        _assert_stopped_after_the_batches_in_flight(driver, stop)
+    rerun = lake.service("after-stops", "run", "--available-now").start()
     try:
-        driver.wait_for_log('"event": "batch_written"', timeout=180)
-        if stop == "sigterm-group":
-            driver.terminate_group()  # Python and the Spark JVM, as timeout or systemd do
-        else:
-            driver.interrupt_group()  # Python and the Spark JVM, as a terminal does
-        assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
+        assert rerun.wait(timeout=300) == 0, rerun.log_text()[-4000:]
     finally:
-        driver.cleanup()
+        rerun.cleanup()
+    assert_bronze_exactly_once(spark, lake)
 
+
+def _assert_stopped_after_the_batches_in_flight(driver: ServiceProcess, stop: str) -> None:
     log = driver.log_text()
-    assert "Traceback" not in log
-    assert [] == [e for e in _json_lines(log) if e.get("level") in ("error", "critical", "fatal")]
+    assert "Traceback" not in log, stop
+    errors = [e for e in _json_lines(log) if e.get("level") in ("error", "critical", "fatal")]
+    assert [] == errors, stop
     [stopping] = driver.events("stopping")
     after_stop = log[log.index('"event": "stopping"') :]
     written = [e for e in _json_lines(after_stop) if e.get("event") == "batch_written"]
     for query in {"ingest_users", "ingest_sensors"}:
         batches = [e["batch_id"] for e in written if e["query"] == query]
         # At most the batch already begun; the one being written when the stop came.
-        assert len(batches) <= 1, (query, batches)
+        assert len(batches) <= 1, (stop, query, batches)
         if query in stopping["in_flight"]:
-            assert batches == [stopping["in_flight"][query]]
+            assert batches == [stopping["in_flight"][query]], stop
     stopped = {e["query"] for e in driver.events("query_stopped")}
-    assert {"ingest_users", "ingest_sensors"} <= stopped
-    assert [] == driver.events("stop_timeout")
-    assert [] != [e for e in driver.events("stopped") if e["reason"] == "signal"]
-    rerun = lake.service(f"after-{stop}", "run", "--available-now").start()
-    try:
-        assert rerun.wait(timeout=300) == 0, rerun.log_text()[-4000:]
-    finally:
-        rerun.cleanup()
-    assert_bronze_exactly_once(spark, lake)
+    assert {"ingest_users", "ingest_sensors"} <= stopped, stop
+    assert [] == driver.events("stop_timeout"), stop
+    assert [] != [e for e in driver.events("stopped") if e["reason"] == "signal"], stop
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
