@@ -43,12 +43,14 @@ def _readyz(port: int) -> int:
         return 0
 
 
-def _watch(port: int, seconds: float) -> list[int]:
-    """/readyz every second for ``seconds``."""
+def _watch(port: int, seconds: float, driver: ServiceProcess) -> list[int]:
+    """``driver``'s /readyz every second for ``seconds``; 0 once it has exited. Its port is
+    free then, and another lane's process may bind it (a driver of another test, whose
+    /readyz answered 200 here in a fresh-clone run)."""
     seen = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        seen.append(_readyz(port))
+        seen.append(_readyz(port) if driver.alive() else 0)
         time.sleep(1)
     return seen
 
@@ -79,18 +81,18 @@ def _settled(port: int, driver: ServiceProcess, timeout: float) -> int | None:
     return None
 
 
-def _outage(minio: MinioServer, seconds: float, port: int) -> list[int]:
+def _outage(minio: MinioServer, seconds: float, port: int, driver: ServiceProcess) -> list[int]:
     minio.stop()
-    return _watch(port, seconds)
+    return _watch(port, seconds, driver)
 
 
-def _revoked(minio: MinioServer, seconds: float, port: int) -> list[int]:
+def _revoked(minio: MinioServer, seconds: float, port: int, driver: ServiceProcess) -> list[int]:
     minio.stop()
     good = (minio.access_key, minio.secret_key)
     minio.access_key, minio.secret_key = "rotated-admin", "rotated-secret-1234"
     try:
         minio.start()
-        return _watch(port, seconds)
+        return _watch(port, seconds, driver)
     finally:
         minio.stop()
         minio.access_key, minio.secret_key = good
@@ -110,9 +112,9 @@ def test_storage_outages_and_revoked_credentials_under_load_lose_and_double_noth
         port = free_port()
         drivers = [lake.service("driver-0", "run", INGEST_HTTP_PORT=str(port)).start()]
         faults: list[tuple[str, Callable[[], list[int]]]] = [
-            ("stopped 30 s", lambda: _outage(minio, 30, port)),
-            ("credentials revoked 20 s", lambda: _revoked(minio, 20, port)),
-            ("stopped 3 min", lambda: _outage(minio, 180, port)),
+            ("stopped 30 s", lambda: _outage(minio, 30, port, drivers[-1])),
+            ("credentials revoked 20 s", lambda: _revoked(minio, 20, port, drivers[-1])),
+            ("stopped 3 min", lambda: _outage(minio, 180, port, drivers[-1])),
         ]
         report: dict[str, dict[str, Any]] = {}
         try:
