@@ -65,7 +65,7 @@ $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH):
 # this JDK; the venv's drivers find it there (INGEST_SPARK_CDS_ARCHIVE) and start with
 # about a third less CPU. It extends the JDK's own archive (lib/server/classes.jsa), so
 # a JDK whose archive was regenerated in place (same version) needs a new one too.
-JAVA_HASH := $(shell (java -version 2>&1; cat "$$(dirname "$$(readlink -f "$$(command -v java)")")/../lib/server/classes.jsa") | sha256sum | cut -c1-16)
+JAVA_HASH := $(shell (java -version 2>&1; cat "$$(dirname "$$(readlink -f "$$(command -v java)")")/../lib/server/classes.jsa" 2>/dev/null) | sha256sum | cut -c1-16)
 cds: $(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH)
 $(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH): $(VENV)/.installed $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH) $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH) $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH)
 	rm -f $(VENV)/.stamp-cds-*
