@@ -6,7 +6,9 @@ document must be a valid JSON Schema (draft 2020-12, checked against its meta-sc
 that uses only the keywords the engine compiles, each where it has an effect: anything
 else (an unknown keyword, an extension value of the wrong type or range, a name that
 points at nothing, a column the lake adds itself) is refused with one line naming the
-file, the JSON pointer and what is wrong (`ContractError`, exit 2), never ignored.
+file, the JSON pointer and what is wrong (`ContractError`, exit 2), never ignored. Local
+references (``$ref`` to the document's ``$defs``) are resolved first
+(`resolve_definitions`).
 Annotations (``title``, ``description``, ``$comment``, ``examples``,
 ``default``, ``deprecated``) are kept and have no effect.
 """
@@ -228,6 +230,7 @@ def parse_contract(
         raise ContractError(
             _one_line(f"{source}: not a valid JSON Schema at {where}: {e.message}")
         ) from None
+    document = resolve_definitions(source, document)
     _check_root(source, document)
     extension: Mapping[str, Any] = document.get("x-lakehouse", {})
     _check_extension_values(source, extension)
@@ -276,6 +279,98 @@ def parse_contract(
     _check_extension(contract, extension)
     _check_columns(contract)
     return contract
+
+
+_DEFS = "#/$defs/"
+# The keywords whose values are schemas (or lists or maps of schemas), where a `$ref` may
+# stand: a walk into any other keyword's value would read data (`const`, `default`, ...).
+_SCHEMA_MAPS = ("properties",)
+_SCHEMA_LISTS = ("allOf",)
+_SCHEMA_VALUES = ("if", "then", "else", "additionalProperties")
+
+
+def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``document`` with each local ``{"$ref": "#/$defs/Name"}`` replaced by that definition
+    (pure), and without ``$defs``: the engine, the lake's recorded document and evolution
+    see what a reference means, not how it is spelt. A document without ``$defs`` comes
+    back as it is.
+
+    Keywords beside a ``$ref`` apply with it, as in JSON Schema: each is added to the
+    definition's, an annotation replaces the definition's, and a keyword both set to
+    different values is refused (one place says it). A reference to anything but a
+    definition of this document, to a missing one, or in a cycle, and a definition no
+    reference uses, are refused.
+    """
+    definitions = document.get("$defs", {})
+    if "$defs" not in document and not _mentions_ref(document):
+        return document
+
+    def resolved(schema: Any, pointer: str, stack: tuple[str, ...]) -> Any:
+        if not isinstance(schema, dict):
+            return schema
+        node = dict(schema)
+        if "$ref" in node:
+            node = referenced(node, pointer, stack)
+        for key in _SCHEMA_MAPS:
+            if isinstance(node.get(key), dict):
+                node[key] = {
+                    name: resolved(value, _pointer(f"{pointer}/{key}", [name]), stack)
+                    for name, value in node[key].items()
+                }
+        for key in _SCHEMA_LISTS:
+            if isinstance(node.get(key), list):
+                node[key] = [
+                    resolved(value, f"{pointer}/{key}/{i}", stack)
+                    for i, value in enumerate(node[key])
+                ]
+        for key in _SCHEMA_VALUES:
+            if key in node:
+                node[key] = resolved(node[key], f"{pointer}/{key}", stack)
+        return node
+
+    def referenced(node: dict[str, Any], pointer: str, stack: tuple[str, ...]) -> dict[str, Any]:
+        target = node.pop("$ref")
+        at = f"{pointer}/$ref"
+        name = target[len(_DEFS) :] if isinstance(target, str) else ""
+        if not isinstance(target, str) or not target.startswith(_DEFS) or "/" in name:
+            raise _bad(source, at, f"{json.dumps(target)} is not a definition of this document:"
+                       ' a $ref names one of its $defs ("#/$defs/Name")')  # fmt: skip
+        name = name.replace("~1", "/").replace("~0", "~")
+        if name not in definitions:
+            raise _bad(source, at, f"{json.dumps(target)}: no definition {name!r} under /$defs")
+        if name in stack:
+            cycle = " -> ".join((*stack[stack.index(name) :], name))
+            raise _bad(source, at, f"the definitions refer to themselves ({cycle}): a contract's"
+                       " fields are finite, a recursive type has no column")  # fmt: skip
+        used.add(name)
+        body = resolved(definitions[name], _pointer("/$defs", [name]), (*stack, name))
+        if not isinstance(body, dict):
+            raise _bad(source, _pointer("/$defs", [name]), "a boolean schema is not supported"
+                       " by the engine: write an object with the keywords docs/contracts.md"
+                       " lists")  # fmt: skip
+        merged = dict(body)
+        for key, value in node.items():
+            if key in merged and merged[key] != value and key not in _ANNOTATIONS:
+                why = f"{key!r} is set here and, to another value, in the definition {target}"
+                raise _bad(source, _pointer(pointer, [key]), f"{why}: say it in one place")
+            merged[key] = value
+        return merged
+
+    used: set[str] = set()
+    result: dict[str, Any] = resolved({k: v for k, v in document.items() if k != "$defs"}, "", ())
+    for name in definitions:
+        if name not in used:
+            why = "no $ref of the contract names this definition"
+            raise _bad(source, _pointer("/$defs", [name]), f"{why}: remove it (never ignored)")
+    return result
+
+
+def _mentions_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return "$ref" in schema or any(_mentions_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_mentions_ref(v) for v in schema)
+    return False
 
 
 def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:

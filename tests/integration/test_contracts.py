@@ -3,11 +3,13 @@
 One story on the real broker and MinIO, with no Python file of the service changed: an
 ``events`` contract (orders: dedup by id, a day partition, a conditional rule) and an
 ``entities`` contract (devices: upsert by key, newest wins, tombstones, a flattened
-object) written into a temporary ``INGEST_CONTRACTS_DIR``; the deployment runs only
+object, its location and counts written as shared definitions) written into a temporary
+``INGEST_CONTRACTS_DIR``; the deployment runs only
 them (``INGEST_CONTRACT_NAMES``). The driver ingests both into bronze, silver, the
 quarantine and the duplicates; ``status``, ``show``, ``reconcile`` and the metrics know
 them. Then the orders contract evolves as producers did: a field they already sent
-(kept in ``_rescued``) becomes an optional column and an enum gains a value. An invalid
+(kept in ``_rescued``) becomes an optional column, an enum gains a value and a field
+named by ``$ref`` is written out (no change). An invalid
 contract and a breaking change are refused at start with one line; ``promote`` is
 killed -9 after its MERGE and rerun; ``replay-quarantine`` moves what the relaxed rule
 now accepts; a second driver applies nothing twice and fills the new column.
@@ -54,8 +56,9 @@ ORDERS: dict[str, Any] = {
         "amount": {"type": "number", "exclusiveMinimum": 0},
         "currency": {"type": ["string", "null"], "pattern": "^[A-Z]{3}$"},
         "coupon": {"type": ["string", "null"]},
-        "ordered_at": TIME,
+        "ordered_at": {"$ref": "#/$defs/Instant", "description": "When the order was placed."},
     },
+    "$defs": {"Instant": TIME},
     "dependentRequired": {"coupon": ["currency"]},
     "x-lakehouse": {
         "name": "orders",
@@ -69,13 +72,15 @@ ORDERS: dict[str, Any] = {
     },
 }
 # What producers already send: priority (in _rescued until the contract names it), and a
-# status the contract does not know yet.
+# status the contract does not know yet. Its time is written out where version 1 named a
+# definition: the same meaning, no change.
 ORDERS_V2: dict[str, Any] = {
-    **ORDERS,
+    **{key: value for key, value in ORDERS.items() if key != "$defs"},
     "properties": {
         **ORDERS["properties"],
         "status": {"type": "string", "enum": ["placed", "paid", "shipped", "refunded"]},
         "priority": {"type": ["string", "null"], "enum": ["low", "high", None]},
+        "ordered_at": {**TIME, "description": "When the order was placed."},
     },
     "x-lakehouse": {**ORDERS["x-lakehouse"], "version": 2},
 }
@@ -88,14 +93,18 @@ DEVICES: dict[str, Any] = {
         "device_id": {"type": "string", "minLength": 1},
         "model": {"type": ["string", "null"], "maxLength": 40},
         "firmware": {"type": ["string", "null"], "pattern": "^[0-9]+[.][0-9]+$"},
-        "location": {
+        "location": {"$ref": "#/$defs/Location"},
+        "updated_at": TIME,
+    },
+    "$defs": {
+        "Location": {
             "type": ["object", "null"],
             "properties": {
                 "site": {"type": ["string", "null"]},
-                "rack": {"type": ["integer", "null"], "minimum": 0},
+                "rack": {"$ref": "#/$defs/Count"},
             },
         },
-        "updated_at": TIME,
+        "Count": {"type": ["integer", "null"], "minimum": 0},
     },
     "x-lakehouse": {
         "name": "devices",

@@ -227,6 +227,22 @@ def test_the_same_meaning_spelled_otherwise_is_no_structural_change(
     assert why is None
 
 
+def test_a_field_written_as_a_definition_is_no_change_either_way() -> None:
+    written_out = orders()
+    defined = edited(
+        written_out,
+        lambda d: d.update({"$defs": {"Money": d["properties"]["amount"]}}),
+        lambda d: d["properties"].update(amount={"$ref": "#/$defs/Money"}),
+    )
+    for before, after in ((written_out, defined), (defined, written_out)):
+        old, new = contract(before), contract(after)
+
+        # The lake records the contract's document: the definitions resolved.
+        changes = table_changes(new, silver(new), silver(old), old.document)
+
+        assert ([], None) == (changes, refusal(new, changes))
+
+
 # --- refused ---------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from the modules that own them (service.contracts imports neither)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -529,3 +530,85 @@ def test_a_then_property_without_a_type_is_checked_against_its_base_type() -> No
         "/allOf/0/then/properties/value/maxLength: maxLength applies to strings, and this"
         " property is number: it would never apply"
     ) == refusal(document)
+
+
+# --- shared definitions ($defs and $ref) ----------------------------------------------------
+
+
+def with_definitions(document: dict[str, Any]) -> dict[str, Any]:
+    """The shipped sensors contract with its geolocation and axes written as definitions (a
+    reference inside a definition, a reference used three times, an annotation beside one)."""
+    defined = copy.deepcopy(document)
+    place = defined["properties"]["geolocation"]
+    defined["$defs"] = {
+        "Text": {"type": ["string", "null"]},
+        "Place": {
+            **place,
+            "properties": {name: {"$ref": "#/$defs/Text"} for name in place["properties"]},
+        },
+        "Axis": {"type": ["number", "null"]},
+    }
+    defined["properties"]["geolocation"] = {"$ref": "#/$defs/Place"}
+    for axis in "xyz":
+        defined["properties"][axis] = {"$ref": "#/$defs/Axis"}
+    defined["properties"]["unit"] = {"$ref": "#/$defs/Text", "description": "bpm, C or m/s2"}
+    return defined
+
+
+def test_a_reference_reads_as_its_definition_written_where_it_stands() -> None:
+    document = shipped("sensors")
+    contract = parse_contract(with_definitions(document), "/contracts/s.json", "sensors", {})
+    written_out = changed(document, lambda d: d["properties"]["unit"].update(
+        description="bpm, C or m/s2"))  # fmt: skip
+
+    # The contract (and the document the lake records) is the one written out in full.
+    assert written_out == contract.document
+    inline = parse_contract(written_out, "/contracts/s.json", "sensors", {})
+    assert inline.fields == contract.fields
+    assert inline.payload_columns() == contract.payload_columns()
+    assert inline.fingerprint == contract.fingerprint
+
+
+def test_a_keyword_beside_a_reference_applies_with_its_definition() -> None:
+    document = changed(shipped("sensors"), lambda d: d.update({"$defs": {"Reading": {
+        "type": ["number", "null"]}}}) or d["properties"].update(
+        value={"$ref": "#/$defs/Reading", "minimum": -100}))  # fmt: skip
+
+    contract = parse_contract(document, "/contracts/s.json", "sensors", {})
+
+    assert {"type": ["number", "null"], "minimum": -100} == contract.field("value").schema
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (set_property("x", {"$ref": "#/$defs/Nope"}),
+         '/properties/x/$ref: "#/$defs/Nope": no definition \'Nope\' under /$defs'),
+        (set_property("x", {"$ref": "common.json#/$defs/Axis"}),
+         '/properties/x/$ref: "common.json#/$defs/Axis" is not a definition of this document:'
+         ' a $ref names one of its $defs ("#/$defs/Name")'),
+        (set_property("x", {"$ref": "#/properties/y"}),
+         '/properties/x/$ref: "#/properties/y" is not a definition of this document: a $ref'
+         ' names one of its $defs ("#/$defs/Name")'),
+        (set_property("x", {"$ref": "#/$defs/Axis", "type": "number"}),
+         "/properties/x/type: 'type' is set here and, to another value, in the definition"
+         " #/$defs/Axis: say it in one place"),
+        (lambda d: d["$defs"].update(Place={"type": ["object", "null"], "properties": {
+            "city": {"$ref": "#/$defs/Place"}}}),
+         "/$defs/Place/properties/city/$ref: the definitions refer to themselves (Place ->"
+         " Place): a contract's fields are finite, a recursive type has no column"),
+        (lambda d: d["$defs"].update(Unused={"type": "string"}),
+         "/$defs/Unused: no $ref of the contract names this definition: remove it (never"
+         " ignored)"),
+        (lambda d: d["$defs"].update(Axis=True),
+         "/$defs/Axis: a boolean schema is not supported by the engine: write an object with"
+         " the keywords docs/contracts.md lists"),
+        (lambda d: d["$defs"].update(Axis={"type": ["number", "null"], "multipleOf": 2}),
+         "/properties/x/multipleOf: keyword 'multipleOf' is not supported by the engine"
+         " (docs/contracts.md lists the keywords it compiles)"),
+    ],
+    ids=["missing", "another-file", "not-a-definition", "conflict", "cycle", "unused",
+         "boolean", "unsupported-inside"],
+)  # fmt: skip
+def test_a_reference_mistake_is_refused_with_one_line(edit: Edit, expected: str) -> None:
+    assert expected == refusal(changed(with_definitions(shipped("sensors")), edit))
