@@ -67,7 +67,17 @@ class Field:
     @property
     def is_object(self) -> bool:
         """Whether it is a nested object (its properties are fields of their own)."""
-        return "object" in self.types
+        return "object" in self.types and not self.is_free_form
+
+    @property
+    def is_free_form(self) -> bool:
+        """Whether it is an object declared without ``properties`` (nor refusing every
+        member): kept whole, as its JSON text."""
+        return (
+            "object" in self.types
+            and "properties" not in self.schema
+            and self.schema.get("additionalProperties", True) is not False
+        )
 
     @property
     def nullable(self) -> bool:
@@ -85,6 +95,8 @@ class Field:
         """The type of its column (None for a nested object, which has none)."""
         if self.is_object:
             return None
+        if self.is_free_form:
+            return StringType()
         if (known := _FORMAT_TYPES.get(self.format or "")) is not None:
             return known
         kinds = [t for t in self.types if t != "null"]

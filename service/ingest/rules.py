@@ -51,7 +51,12 @@ _EXPECTED = {
 
 def json_fields(contract: Contract) -> dict[str, JsonField]:
     """The contract's fields staged for checking, by JSON path (objects without a type)."""
-    return {f.path: JsonField(f.path, f.data_type) for f in contract.fields}
+    return {f.path: json_field(f) for f in contract.fields}
+
+
+def json_field(f: Field) -> JsonField:
+    """The field ``f`` staged for checking and typing."""
+    return JsonField(f.path, f.data_type, json_text=f.is_free_form)
 
 
 def contract_violations(

@@ -228,7 +228,7 @@ _READERS: dict[DataType, tuple[str, ...]] = {
     DateType(): ("string", "date"),
 }
 # Readers computed from the raw value, and those computed from other readers.
-_DIRECT_READERS = ("string", "long", "double", "boolean")
+_DIRECT_READERS = ("string", "long", "double", "boolean", "json")
 _DERIVED_READERS = ("timestamp", "date")
 
 
@@ -239,6 +239,8 @@ class JsonField:
 
     name: str
     data_type: DataType | None = None
+    # A free-form object: its value is its JSON text (``data_type`` a string).
+    json_text: bool = False
 
     @property
     def _suffix(self) -> str:
@@ -262,6 +264,8 @@ class JsonField:
     @property
     def readers(self) -> tuple[str, ...]:
         """The typed readings staged for this field."""
+        if self.json_text:
+            return ("json",)
         return _READERS.get(self.data_type, ()) if self.data_type is not None else ()
 
     def staged_raw(self) -> Column:
@@ -302,6 +306,8 @@ class JsonField:
             return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
         if reader == "boolean":
             return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
+        if reader == "json":
+            return F.when(self.kind == "object", F.to_json(self.raw))
         if reader == "date":
             day = self._iso_date()
             return F.when(_day_in_years(day), day)
@@ -357,7 +363,10 @@ class JsonField:
         return self._value("date")
 
     def as_type(self, data_type: DataType) -> Column:
-        """The value as ``data_type`` when it has the JSON type that stands for it."""
+        """The value as ``data_type`` when it has the JSON type that stands for it (a
+        free-form object's: its JSON text)."""
+        if self.json_text:
+            return self._value("json")
         readers: dict[DataType, Callable[[], Column]] = {
             StringType(): self.as_string,
             BooleanType(): self.as_boolean,

@@ -32,8 +32,8 @@ from service.config import Settings
 from service.contracts.model import Contract, Field
 from service.errors import ConfigError
 from service.ingest.entities_merge import merge_entities_once
-from service.ingest.rules import own_rules
-from service.ingest.validation import JsonField, json_object, stage_fields
+from service.ingest.rules import json_field, own_rules
+from service.ingest.validation import json_object, stage_fields
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
 from service.lake.evolution import apply_evolution, plan_evolution
@@ -102,7 +102,7 @@ def promoted_rows(
     parsed = holding.withColumn(
         "_json", F.try_parse_json(F.concat(F.lit("["), F.col(RESCUED.name), F.lit("]")))
     )
-    staged_fields = {f.path: JsonField(f.path, f.data_type) for f in fields}
+    staged_fields = {f.path: json_field(f) for f in fields}
     staged = stage_fields(parsed, staged_fields.values())
     staged = staged.where(_any([f.kind.isNotNull() for f in staged_fields.values()]))
     today = F.current_date()

@@ -3,7 +3,8 @@
 One story on the real broker and MinIO, with no Python file of the service changed: an
 ``events`` contract (orders: dedup by id, a day partition, a conditional rule) and an
 ``entities`` contract (devices: upsert by key, newest wins, tombstones, a flattened
-object, its location and counts written as shared definitions) written into a temporary
+object, its location and counts written as shared definitions, free-form labels kept as
+JSON text) written into a temporary
 ``INGEST_CONTRACTS_DIR``; the deployment runs only
 them (``INGEST_CONTRACT_NAMES``). The driver ingests both into bronze, silver, the
 quarantine and the duplicates; ``status``, ``show``, ``reconcile`` and the metrics know
@@ -94,6 +95,7 @@ DEVICES: dict[str, Any] = {
         "model": {"type": ["string", "null"], "maxLength": 40},
         "firmware": {"type": ["string", "null"], "pattern": "^[0-9]+[.][0-9]+$"},
         "location": {"$ref": "#/$defs/Location"},
+        "labels": {"type": ["object", "null"], "description": "Free-form: kept as JSON text."},
         "updated_at": TIME,
     },
     "$defs": {
@@ -178,7 +180,8 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
 
 def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
     """(key, value, code): d-1 updated twice (the newer one sent first), d-2 deleted, d-3
-    with a location, d-4's firmware broken, a tombstone without a key."""
+    with a location and free-form labels, d-4's firmware broken, a tombstone without a
+    key."""
 
     def device(device_id: str, minute: int, **fields: Any) -> bytes:
         body = {"device_id": device_id, "updated_at": at(minute), "model": "t-1000", **fields}
@@ -189,7 +192,16 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
         (b"d-1", device("d-1", 10, firmware="1.0"), None),
         (b"d-2", device("d-2", 10), None),
         (b"d-2", None, None),
-        (b"d-3", device("d-3", 15, location={"site": "ams", "rack": 4}), None),
+        (
+            b"d-3",
+            device(
+                "d-3",
+                15,
+                location={"site": "ams", "rack": 4},
+                labels={"tier": "gold", "ports": [1, 2]},
+            ),
+            None,
+        ),
         (b"d-4", device("d-4", 15, firmware="latest"), "invalid_value"),
         (b"d-5", device("d-5", 15, location={"site": "fra", "rack": -1}), "out_of_range"),
         (b"", None, "type_mismatch"),
@@ -331,6 +343,8 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert devices_now["d-1"].firmware == "2.0"  # the newer update, though sent first
     assert devices_now["d-2"].is_deleted
     assert (devices_now["d-3"].location_site, devices_now["d-3"].location_rack) == ("ams", 4)
+    assert devices_now["d-3"].labels == '{"ports":[1,2],"tier":"gold"}'
+    assert devices_now["d-1"].labels is None
 
     # 2. The operator's verbs know the new topics from the contracts alone.
     status = lake.cli("status", "--json", **env)

@@ -214,7 +214,15 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
             "",
         ),
     ],
-    ids=["oneOf", "nested-$defs", "patternProperties", "format-email", "nested-anyOf", "array", "ext"],
+    ids=[
+        "oneOf",
+        "nested-$defs",
+        "patternProperties",
+        "format-email",
+        "nested-anyOf",
+        "array",
+        "ext",
+    ],
 )
 def test_an_unsupported_keyword_is_refused_naming_the_file_pointer_and_keyword(
     change: Callable[[dict[str, Any]], object], pointer: str, keyword: str, why: str

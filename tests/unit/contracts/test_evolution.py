@@ -243,6 +243,19 @@ def test_a_field_written_as_a_definition_is_no_change_either_way() -> None:
         assert ([], None) == (changes, refusal(new, changes))
 
 
+def test_an_object_without_properties_kept_since_is_a_new_column_of_a_lake_written_before() -> None:
+    # A release before kept none of its members, and made no column of it.
+    document = edited(orders(), add("attributes", {"type": ["object", "null"]}))
+    new = contract(document)
+    before = StructType([c for c in silver(new).fields if c.name != "attributes"])
+
+    changes = table_changes(new, silver(new), before, document)
+
+    column = StructField("attributes", StringType(), nullable=True)
+    assert [Change("attributes", "a new optional field", False, add_column=column)] == changes
+    assert refusal(new, changes) is None
+
+
 # --- refused ---------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StringType
 
 from service.contracts.loading import (
     REPORT_KEYS,
@@ -612,3 +613,55 @@ def test_a_keyword_beside_a_reference_applies_with_its_definition() -> None:
 )  # fmt: skip
 def test_a_reference_mistake_is_refused_with_one_line(edit: Edit, expected: str) -> None:
     assert expected == refusal(changed(with_definitions(shipped("sensors")), edit))
+
+
+# --- free-form objects ----------------------------------------------------------------------
+
+
+def test_an_object_without_properties_is_kept_whole_as_its_json_text(spark: SparkSession) -> None:
+    document = orders_with(lambda d: d["properties"].update(
+        attributes={"type": ["object", "null"]},
+        shipping={"type": ["object", "null"], "properties": {
+            "city": {"type": ["string", "null"]}, "notes": {"type": "object"}}}))  # fmt: skip
+    contract = parse_contract(document, "/contracts/orders.json", "orders", {})
+    placed = {"order_id": "o-1", "placed_at": "2024-05-01T00:00:00Z"}
+    records = [
+        ("object", json.dumps({**placed, "attributes": {"b": 1.50, "a": [1, {"z": None}]},
+                               "shipping": {"city": "Lyon", "notes": {"gift": True}}})),
+        ("spelt", '{"order_id":"o-2","placed_at":"2024-05-01T00:00:00Z",'
+                  '"attributes":{"n":1e2,"s":"caf\\u00e9"}}'),
+        ("null", json.dumps({**placed, "attributes": None})),
+        ("absent", json.dumps(placed)),
+        ("text", json.dumps({**placed, "attributes": "x"})),
+        ("nested-array", json.dumps({**placed, "shipping": {"notes": []}})),
+    ]  # fmt: skip
+
+    rows = parse_records(contract, bronze_frame(spark, records, "orders"), 4096, None).collect()
+
+    assert ["attributes", "shipping_city", "shipping_notes"] == [
+        c.name for c in contract.payload_columns() if c.dataType == StringType()
+    ][1:]
+    # Keys sorted, values re-serialised with their JSON types (as `_rescued` is).
+    assert {
+        "object": (None, None, '{"a":[1,{"z":null}],"b":1.5}', '{"gift":true}'),
+        "spelt": (None, None, '{"n":100.0,"s":"café"}', None),
+        "null": (None, None, None, None),
+        "absent": (None, None, None, None),
+        "text": ("type_mismatch", "attributes: expected a JSON object, got string", None, None),
+        "nested-array": ("type_mismatch", "shipping.notes: expected a JSON object, got array",
+                         None, None),
+    } == {
+        r["key_text"]: (r["error_code"], r["error_detail"], r["record"]["attributes"],
+                        r["record"]["shipping_notes"])
+        for r in rows
+    }  # fmt: skip
+
+
+def test_an_object_without_properties_that_refuses_every_member_stays_an_empty_object() -> None:
+    contract = parse_contract(
+        orders_with(set_property("empty", {"type": "object", "additionalProperties": False})),
+        "/contracts/orders.json", "orders", {},
+    )  # fmt: skip
+
+    assert contract.field("empty").is_object
+    assert "empty" not in [c.name for c in contract.payload_columns()]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from service.config import Location, Settings
 from service.contracts.loading import SHIPPED_DIR, parse_contract
@@ -30,7 +31,7 @@ SHIPPED_AT = datetime(2026, 11, 2, 3, 4, 5)
 
 def orders(*new_fields: str) -> dict[str, Any]:
     """An events contract; ``new_fields`` adds the fields producers already send: ``priority``
-    (1 to 5) and ``shipped_at`` (a date-time)."""
+    (1 to 5), ``shipped_at`` (a date-time) and ``meta`` (a free-form object)."""
     properties: dict[str, Any] = {
         "order_id": {"type": "string", "minLength": 1},
         "placed_at": {"type": "string", "format": "date-time"},
@@ -39,6 +40,7 @@ def orders(*new_fields: str) -> dict[str, Any]:
     known = {
         "priority": {"type": ["integer", "null"], "minimum": 1, "maximum": 5},
         "shipped_at": {"type": ["string", "null"], "format": "date-time"},
+        "meta": {"type": ["object", "null"]},
     }
     properties |= {name: known[name] for name in new_fields}
     return {
@@ -127,6 +129,24 @@ def test_only_the_named_fields_are_promoted(spark: SparkSession) -> None:
         row._rescued,
         row._promoted,
     )
+
+
+def test_a_rescued_object_becomes_a_free_form_columns_json_text(spark: SparkSession) -> None:
+    v2 = contract(orders("meta"))
+    silver = spark.createDataFrame(
+        [
+            ("shop.orders", 0, 1, '{"coupon":"X","meta":{"b":[1.50],"a":null}}'),
+            ("shop.orders", 0, 2, '{"meta":"gift"}'),  # not an object: stays rescued
+        ],
+        "kafka_topic string, kafka_partition int, kafka_offset long, _rescued string",
+    ).withColumn("meta", F.lit(None).cast("string"))
+
+    result = promoted_rows(silver, v2, promotable(v2, ["meta"]), list(COORDINATES))
+
+    assert {
+        1: ('{"a":null,"b":[1.5]}', '{"coupon":"X"}', True),
+        2: (None, '{"meta":"gift"}', False),
+    } == {r.kafka_offset: (r.meta, r._rescued, r._promoted) for r in result.collect()}
 
 
 # --- promotable ------------------------------------------------------------------------------
