@@ -410,11 +410,23 @@ def _check_schema_object(source: str, schema: Any, pointer: str) -> None:
                    " write an object with the keywords docs/contracts.md lists")  # fmt: skip
 
 
+# Why the engine does not compile a keyword users reach for, and what to write instead.
+_UNSUPPORTED_WHY = {
+    "oneOf": 'a column has one type: write a union of types as "type": [...], alternatives'
+    " of rules as if/then/else",
+    "anyOf": 'a column has one type: write a union of types as "type": [...], alternatives'
+    " of rules as if/then/else",
+    "items": "arrays are not typed yet: leave the field undeclared, it is kept in _rescued",
+    "$defs": "definitions stand under the document's root $defs",
+}
+
+
 def _check_keywords(source: str, schema: Any, pointer: str, allowed: set[str]) -> None:
     _check_schema_object(source, schema, pointer)
     for keyword in schema:
         if keyword not in allowed and keyword not in _ANNOTATIONS:
-            raise _unsupported(source, f"{pointer}/{keyword}", keyword)
+            why = _UNSUPPORTED_WHY.get(keyword, "")
+            raise _unsupported(source, f"{pointer}/{keyword}", keyword, why)
 
 
 def _check_root(source: str, document: Mapping[str, Any]) -> None:

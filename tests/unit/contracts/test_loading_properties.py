@@ -2,7 +2,8 @@
 whose silver tables build with unique column names, or refused with one
 `ContractError` line (exit 2), whatever it holds; no other outcome.
 
-The documents are the shipped contracts and a third one, mutated: a value anywhere
+The documents are the shipped contracts, a third one and a fourth made of shared
+definitions with a free-form object, mutated: a value anywhere
 replaced, a key removed, or a key added (JSON Schema keywords, extension keys and the
 contracts' own names are drawn more often than random text, so that most documents get
 past the meta-schema and reach the extension block's checks).
@@ -24,7 +25,22 @@ from service.lake.tables import contract_tables
 from tests.support.contracts import orders, shipped
 
 SOURCE = "/contracts/generated.json"
-SEEDS = (shipped("users"), shipped("sensors"), orders(event_time="placed_at"))
+DEFINED = {
+    **orders(event_time="placed_at"),
+    "$defs": {
+        "Money": {"type": ["number", "null"], "minimum": 0},
+        "Place": {"type": ["object", "null"], "properties": {"city": {"$ref": "#/$defs/Text"}}},
+        "Text": {"type": ["string", "null"], "maxLength": 40},
+    },
+}
+DEFINED["properties"] = {
+    **DEFINED["properties"],
+    "amount": {"$ref": "#/$defs/Money", "maximum": 1000},
+    "shipping": {"$ref": "#/$defs/Place", "description": "Where it goes."},
+    "note": {"$ref": "#/$defs/Text"},
+    "attributes": {"type": ["object", "null"]},
+}
+SEEDS = (shipped("users"), shipped("sensors"), orders(event_time="placed_at"), DEFINED)
 # Words a contract is made of: keywords, extension keys and values, the seeds' names.
 WORDS = sorted(
     {
@@ -38,7 +54,8 @@ WORDS = sorted(
         "date-time", "today", "2020-01-01", "_rescued", "kafka_topic", "kafka_offset",
         "ingested_at", "is_deleted", "deleted_at", "silver/orders", "bronze/orders", "long",
         *(name for seed in SEEDS for name in seed["properties"]),
-        "geolocation.city",
+        "geolocation.city", "$ref", "$defs", "#/$defs/Money", "#/$defs/Place", "#/$defs/Text",
+        "Money", "Place", "Text",
     }
 )  # fmt: skip
 SCALARS = (
