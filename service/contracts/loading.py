@@ -27,6 +27,7 @@ from jsonschema.exceptions import SchemaError, best_match
 
 from service.contracts.model import (
     DERIVED_TYPES,
+    FRAMINGS,
     Branch,
     Condition,
     Conditional,
@@ -57,7 +58,7 @@ _TYPES = ("null", "boolean", "integer", "number", "string", "object")
 _EXTENSION_KEYS = {
     "name", "topic", "key", "mode", "id", "order_by", "event_time", "max_future_seconds",
     "dedup_horizon_seconds", "partition_by", "flatten", "derived", "tables", "version",
-    "stats_columns",
+    "stats_columns", "framing",
 }  # fmt: skip
 _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
 # Delta refuses these in a column name (without column mapping); a dot would read as a
@@ -106,6 +107,7 @@ _EXTENSION = Draft202012Validator(
             "tables": {"type": "object"},
             "version": {"type": "integer", "minimum": 0},
             "stats_columns": {"type": "array", "items": {"type": "string"}},
+            "framing": {"enum": list(FRAMINGS)},
         },
     }
 )
@@ -275,6 +277,7 @@ def parse_contract(
         rescue_unknown=document.get("additionalProperties", True) is not False,
         version=_integer(extension.get("version")),
         stats_columns=tuple(extension.get("stats_columns", ())),
+        framing=extension.get("framing", "none"),
     )
     _check_extension(contract, extension)
     _check_columns(contract)

@@ -29,6 +29,10 @@ from pyspark.sql.types import (
 )
 
 Mode = Literal["events", "entities"]
+# How a record's value is laid out: the JSON alone, or behind a schema registry
+# serializer's header (magic byte 0, a 4-byte schema id); "auto" takes either.
+Framing = Literal["none", "confluent", "auto"]
+FRAMINGS: tuple[Framing, ...] = ("none", "confluent", "auto")
 # The column type of each JSON type (strings by their format).
 _COLUMN_TYPES: Mapping[str, DataType] = {
     "integer": LongType(),
@@ -185,6 +189,12 @@ class Contract:
     version: int | None = None
     # Columns of silver that keep Delta file statistics (besides arrival): what reads prune on.
     stats_columns: tuple[str, ...] = ()
+    framing: Framing = "none"
+
+    @property
+    def framed(self) -> bool:
+        """Whether values may carry a schema registry header (silver keeps its schema id)."""
+        return self.framing != "none"
 
     @property
     def query(self) -> str:

@@ -1,6 +1,7 @@
 """A contract's silver tables: its payload's columns and those the lake adds beside them.
 
-The lake adds to every silver row its Kafka lineage and arrival time, and ``_rescued``; to
+The lake adds to every silver row its Kafka lineage and arrival time, and ``_rescued`` (and
+``_schema_id`` where a contract's values are framed by a schema registry serializer); to
 an entity's row its deletion (``is_deleted``, ``deleted_at``); to an events table the
 ``partition_by`` column. The loader builds these schemas to refuse a contract whose own
 columns would meet one of them (`service.contracts.loading`); `service.lake.schemas`
@@ -33,6 +34,8 @@ LINEAGE = (
 COORDINATES = tuple(f.name for f in LINEAGE[:3])
 INGESTED_AT = StructField("ingested_at", TimestampType(), nullable=False)
 RESCUED = StructField("_rescued", StringType())
+# The schema id of a record framed by a schema registry serializer (a framed contract's).
+SCHEMA_ID = StructField("_schema_id", IntegerType())
 # An entity's deletion: a tombstone marks it deleted at its arrival.
 DELETION = (
     StructField("is_deleted", BooleanType(), nullable=False),
@@ -40,10 +43,11 @@ DELETION = (
 )
 
 
-def lake_columns(mode: Mode) -> tuple[StructField, ...]:
+def lake_columns(mode: Mode, framed: bool = True) -> tuple[StructField, ...]:
     """The columns the lake adds to a silver table of ``mode`` after the payload's (and the
-    derived ones): no column of a contract may have one of their names."""
-    own = (RESCUED, *LINEAGE, INGESTED_AT)
+    derived ones), ``_schema_id`` only where values are ``framed``: no column of a contract
+    may have one of their names (``_schema_id`` in no contract, framed or not)."""
+    own = (*([SCHEMA_ID] if framed else []), RESCUED, *LINEAGE, INGESTED_AT)
     return (*DELETION, *own) if mode == "entities" else own
 
 
@@ -57,7 +61,7 @@ def silver_schema(contract: Contract) -> StructType:
     if contract.mode == "entities":
         key = next(c for c in payload if c.name == contract.key)
         profile = [StructField(c.name, c.dataType) for c in payload if c.name != contract.key]
-        return StructType([key, *profile, *lake_columns("entities")])
+        return StructType([key, *profile, *lake_columns("entities", contract.framed)])
     partition = (
         [StructField(contract.partition[0], DateType(), nullable=False)]
         if contract.partition is not None
@@ -67,7 +71,7 @@ def silver_schema(contract: Contract) -> StructType:
         [
             *payload,
             *(StructField(d.column, d.data_type) for d in contract.derived),
-            *lake_columns("events"),
+            *lake_columns("events", contract.framed),
             *partition,
         ]
     )

@@ -25,6 +25,7 @@ from service.contracts.model import Contract
 from service.ingest.entities_merge import merge_clauses
 from service.ingest.rules import contract_violations, typed_record, used_fields
 from service.ingest.validation import (
+    SCHEMA_ID_COLUMN,
     Violation,
     payload_violations,
     rescued_fields,
@@ -55,8 +56,10 @@ class Events:
         return []
 
     def record(self) -> Column:
-        """The typed payload and ``_rescued``."""
-        return F.struct(*typed_record(self.contract).values(), self._rescued())
+        """The typed payload, the schema id of a framed contract and ``_rescued``."""
+        return F.struct(
+            *typed_record(self.contract).values(), *_schema_id(self.contract), self._rescued()
+        )
 
     def _rescued(self) -> Column:
         return rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name)
@@ -148,13 +151,16 @@ class Entities:
             tombstone.alias("is_tombstone"),
             F.when(tombstone, key_value).otherwise(columns[self.key]).alias(self.key),
             *[c for name, c in columns.items() if name != self.key],
+            *_schema_id(self.contract),
             F.when(tombstone, F.col("kafka_timestamp")).otherwise(order).alias("change_time"),
             rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
         )
 
     def profile(self) -> tuple[str, ...]:
-        """The columns an upsert sets: every payload column but the key."""
-        return tuple(c.name for c in self.contract.payload_columns() if c.name != self.key)
+        """The columns an upsert sets: every payload column but the key (and the schema id of
+        a framed contract)."""
+        payload = tuple(c.name for c in self.contract.payload_columns() if c.name != self.key)
+        return (*payload, *([SCHEMA_ID_COLUMN] if self.contract.framed else []))
 
     def merge_clauses(self) -> tuple[str, str, dict[str, str | Column], dict[str, str | Column]]:
         """The clauses of the MERGE of `latest_changes` into silver (`merge_clauses`)."""
@@ -194,6 +200,11 @@ class Entities:
 WriteMode = Events | Entities
 
 
+def _schema_id(contract: Contract) -> list[Column]:
+    """The record's schema id column where ``contract`` is framed (`with_unframed_payload`)."""
+    return [F.col(SCHEMA_ID_COLUMN).alias(SCHEMA_ID_COLUMN)] if contract.framed else []
+
+
 def mode_of(contract: Contract) -> WriteMode:
     """The write mode of ``contract``."""
     return Events(contract) if contract.mode == "events" else Entities(contract)
@@ -219,12 +230,14 @@ def parse_records(
         if contract.max_future_seconds is not None
         else max_future_seconds
     )
-    staged = stage_fields(with_parsed_payload(bronze, max_payload_bytes), used_fields(contract))
+    staged = stage_fields(
+        with_parsed_payload(bronze, max_payload_bytes, contract.framing), used_fields(contract)
+    )
     tombstone = mode.tombstone()
     checked = with_error(
         staged,
         [
-            *payload_violations(max_payload_bytes, null_allowed=tombstone),
+            *payload_violations(max_payload_bytes, tombstone, contract.framing),
             *mode.key_violations(),
             *contract_violations(
                 contract, ~tombstone, today if today is not None else F.current_date(), skew

@@ -40,6 +40,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from service.contracts.model import Framing
+from service.ingest.bronze import utf8_text
 from service.lake.schemas import QUARANTINE, payload_columns
 
 ERROR_CODES = (
@@ -102,8 +104,10 @@ def first_violation(violations: Iterable[Violation]) -> Column:
     )
 
 
-def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame:
-    """Add ``_json`` when ``value_text`` is one well-formed JSON document, and ``_object``.
+def with_parsed_payload(
+    records: DataFrame, max_payload_bytes: int, framing: Framing = "none"
+) -> DataFrame:
+    """Add ``_json`` when the payload's text is one well-formed JSON document, and ``_object``.
 
     Spark's JSON parsers stop after the first document and ignore what follows, so
     the value is parsed as ``[value, digest]`` with its own xxhash64 digest: the
@@ -112,8 +116,12 @@ def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame
     ``_json`` is that array (the document is its element `PAYLOAD`: reading fields
     through it saves re-encoding every object); ``_object`` is whether the document
     is a JSON object. Oversized and non-UTF-8 values are never parsed.
+
+    The payload is the value, or with ``framing`` (`with_unframed_payload`) the JSON
+    after a schema registry serializer's header.
     """
-    value, text = F.col("value"), F.col("value_text")
+    records = with_unframed_payload(records, framing)
+    value, text = F.col("value"), _payload_text(framing)
     # Null text: no value, or bytes that are not UTF-8.
     parseable = ~text.rlike(_BLANK) & (F.octet_length(value) <= max_payload_bytes)
     # Separate projections keep each expensive expression evaluated once per row.
@@ -134,15 +142,18 @@ def with_parsed_payload(records: DataFrame, max_payload_bytes: int) -> DataFrame
     )
 
 
-def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Violation]:
-    """Rules on the whole value of a row made by `with_parsed_payload`.
+def payload_violations(
+    max_payload_bytes: int, null_allowed: Column, framing: Framing = "none"
+) -> list[Violation]:
+    """Rules on the whole value of a row made by `with_parsed_payload` with ``framing``.
 
     ``null_allowed`` is true where a null value is legitimate (a tombstone).
     """
-    value, text = F.col("value"), F.col("value_text")
+    value, text = F.col("value"), _payload_text(framing)
     json = F.col("_json")
     size = F.octet_length(value)
     return [
+        *_framing_violations(framing),
         Violation(
             "empty_payload",
             (value.isNull() & ~null_allowed) | text.rlike(_BLANK),
@@ -176,6 +187,73 @@ def payload_violations(max_payload_bytes: int, null_allowed: Column) -> list[Vio
             ),
         ),
     ]
+
+
+# A schema registry serializer's header (Confluent's wire format): magic byte 0, then the
+# schema id as a 4-byte big-endian signed integer, then the JSON.
+_HEADER_BYTES = 5
+_PAYLOAD_TEXT = "_payload_text"
+SCHEMA_ID_COLUMN = "_schema_id"
+
+
+def _framed_value() -> Column:
+    value = F.col("value")
+    return (F.octet_length(value) >= _HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
+
+
+def _schema_id() -> Column:
+    unsigned = F.conv(F.hex(F.substring(F.col("value"), 2, 4)), 16, 10).cast("bigint")
+    return F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned).cast("int")
+
+
+def with_unframed_payload(records: DataFrame, framing: Framing) -> DataFrame:
+    """With ``framing`` ``confluent`` or ``auto``, add the payload's text (the JSON after the
+    header of a framed value, as UTF-8; ``auto`` takes an unframed value whole) and
+    `SCHEMA_ID_COLUMN` (a framed value's schema id, else null). Unchanged with ``none``."""
+    if framing == "none":
+        return records
+    framed = _framed_value()
+    json = utf8_text(F.expr(f"substr(value, {_HEADER_BYTES + 1})"))
+    text = F.when(framed, json)
+    if framing == "auto":
+        text = text.otherwise(F.col("value_text"))
+    return records.withColumns(
+        {_PAYLOAD_TEXT: text, SCHEMA_ID_COLUMN: F.when(framed, _schema_id())}
+    )
+
+
+def _payload_text(framing: Framing) -> Column:
+    return F.col("value_text") if framing == "none" else F.col(_PAYLOAD_TEXT)
+
+
+def _framing_violations(framing: Framing) -> list[Violation]:
+    """A framed value where the contract says none, an unframed one where it says confluent:
+    each a ``malformed_json`` that says so (before the text's own checks)."""
+    value, framed = F.col("value"), _framed_value()
+    if framing == "none":
+        return [
+            Violation(
+                "malformed_json",
+                value.isNotNull() & framed,
+                F.concat(
+                    F.lit("value: framed by a schema registry serializer (magic byte 0, schema"
+                          " id "),
+                    _schema_id().cast("string"),
+                    F.lit(") where the contract's framing is none (x-lakehouse.framing)"),
+                ),
+            )
+        ]  # fmt: skip
+    if framing == "confluent":
+        return [
+            Violation(
+                "malformed_json",
+                value.isNotNull() & ~framed,
+                F.lit("value: not framed by a schema registry serializer (magic byte 0 and a"
+                      " 4-byte schema id before the JSON), as the contract's framing"
+                      " confluent says"),
+            )
+        ]  # fmt: skip
+    return []
 
 
 def json_object(json: Column) -> Column:

@@ -4,7 +4,7 @@ One story on the real broker and MinIO, with no Python file of the service chang
 ``events`` contract (orders: dedup by id, a day partition, a conditional rule) and an
 ``entities`` contract (devices: upsert by key, newest wins, tombstones, a flattened
 object, its location and counts written as shared definitions, free-form labels kept as
-JSON text) written into a temporary
+JSON text, values framed by a schema registry serializer or not) written into a temporary
 ``INGEST_CONTRACTS_DIR``; the deployment runs only
 them (``INGEST_CONTRACT_NAMES``). The driver ingests both into bronze, silver, the
 quarantine and the duplicates; ``status``, ``show``, ``reconcile`` and the metrics know
@@ -115,6 +115,7 @@ DEVICES: dict[str, Any] = {
         "mode": "entities",
         "order_by": "updated_at",
         "flatten": {"location": "location_"},
+        "framing": "auto",
         "version": 1,
     },
 }
@@ -180,8 +181,8 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
 
 def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
     """(key, value, code): d-1 updated twice (the newer one sent first), d-2 deleted, d-3
-    with a location and free-form labels, d-4's firmware broken, a tombstone without a
-    key."""
+    with a location and free-form labels, framed by a schema registry serializer, d-4's
+    firmware broken, a tombstone without a key."""
 
     def device(device_id: str, minute: int, **fields: Any) -> bytes:
         body = {"device_id": device_id, "updated_at": at(minute), "model": "t-1000", **fields}
@@ -194,7 +195,10 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
         (b"d-2", None, None),
         (
             b"d-3",
-            device(
+            # Framed as Confluent's serializer frames it: magic byte 0, schema id 7.
+            b"\x00"
+            + (7).to_bytes(4, "big")
+            + device(
                 "d-3",
                 15,
                 location={"site": "ams", "rack": 4},
@@ -345,6 +349,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert (devices_now["d-3"].location_site, devices_now["d-3"].location_rack) == ("ams", 4)
     assert devices_now["d-3"].labels == '{"ports":[1,2],"tier":"gold"}'
     assert devices_now["d-1"].labels is None
+    assert (devices_now["d-3"]._schema_id, devices_now["d-1"]._schema_id) == (7, None)
 
     # 2. The operator's verbs know the new topics from the contracts alone.
     status = lake.cli("status", "--json", **env)

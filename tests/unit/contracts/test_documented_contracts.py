@@ -52,7 +52,7 @@ def test_the_documented_reserved_column_names_are_those_the_lake_adds() -> None:
 
     # Every reserved name is listed; besides them, the bullet names only the keys they bind.
     assert set() == reserved - named
-    assert {"derived", "entities", "events", "id", "partition_by"} == named - reserved
+    assert {"derived", "entities", "events", "framing", "id", "partition_by"} == named - reserved
 
 
 def test_the_readme_copies_the_example_contract_it_names() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from service.config import Location, Settings
 from service.contracts.evolution import RUNBOOK, Change, refusal, table_changes
@@ -254,6 +254,23 @@ def test_an_object_without_properties_kept_since_is_a_new_column_of_a_lake_writt
     column = StructField("attributes", StringType(), nullable=True)
     assert [Change("attributes", "a new optional field", False, add_column=column)] == changes
     assert refusal(new, changes) is None
+
+
+def test_framing_turned_on_adds_the_schema_id_column_and_turned_off_is_refused() -> None:
+    plain = orders()
+    framed = edited(plain, lambda d: d["x-lakehouse"].update(framing="confluent"))
+
+    changes, why = compare(plain, framed)
+    column = StructField("_schema_id", IntegerType(), nullable=True)
+    assert ([Change("_schema_id", "a new optional field", False, add_column=column)], None) == (
+        changes,
+        why,
+    )
+    changes, why = compare(framed, plain)
+    assert [Change("_schema_id", "removed or renamed: silver holds its column and rows", True)] == (
+        changes
+    )
+    assert why is not None
 
 
 # --- refused ---------------------------------------------------------------------------------

@@ -276,10 +276,12 @@ def annotate(name: str, **annotations: Any) -> Edit:
 
 
 ENTITIES_LAKE = (
-    "is_deleted, deleted_at, _rescued, kafka_topic, kafka_partition, kafka_offset,"
+    "is_deleted, deleted_at, _schema_id, _rescued, kafka_topic, kafka_partition, kafka_offset,"
     " kafka_timestamp, ingested_at"
 )
-EVENTS_LAKE = "_rescued, kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, ingested_at"
+EVENTS_LAKE = (
+    "_schema_id, _rescued, kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, ingested_at"
+)
 
 
 @pytest.mark.parametrize(
@@ -409,6 +411,9 @@ def test_an_extension_or_annotation_mistake_is_refused_with_one_line(
         (orders_with(set_property("_rescued", {"type": ["string", "null"]})),
          f"/properties/_rescued: column '_rescued' is one the lake adds to silver/orders"
          f" ({EVENTS_LAKE})"),
+        (orders_with(set_property("_schema_id", {"type": ["integer", "null"]})),
+         f"/properties/_schema_id: column '_schema_id' is one the lake adds to silver/orders"
+         f" ({EVENTS_LAKE})"),
         (orders_with(set_property("kafka_topic", {"type": ["string", "null"]})),
          f"/properties/kafka_topic: column 'kafka_topic' is one the lake adds to silver/orders"
          f" ({EVENTS_LAKE})"),
@@ -449,8 +454,8 @@ def test_an_extension_or_annotation_mistake_is_refused_with_one_line(
          " silver/orders_duplicates (kafka_topic, kafka_partition, kafka_offset,"
          " kafka_timestamp, ingested_at, original_kafka_partition, original_kafka_offset)"),
     ],
-    ids=["_rescued", "kafka_topic", "ingested_at-any-case", "is_deleted", "deleted_at",
-         "partition-ingested_at", "derived-kafka_offset", "derived-partition",
+    ids=["_rescued", "_schema_id", "kafka_topic", "ingested_at-any-case", "is_deleted",
+         "deleted_at", "partition-ingested_at", "derived-kafka_offset", "derived-partition",
          "partition-a-field", "flatten", "dot", "duplicates-id"],
 )  # fmt: skip
 def test_a_column_the_lake_adds_or_another_makes_is_refused(
