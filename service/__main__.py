@@ -363,7 +363,7 @@ def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
             request = ShowRequest(table, args.where, args.limit, args.version, args.format)
             show(reader, request, sys.stdout)
             return 0
-        from service.verbs.reconcile import reconcile
+        from service.lake.invariants import reconcile
 
         report = reconcile(reader, settings, args.since)
         print(report.to_json() if args.json else report.to_text())

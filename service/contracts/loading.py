@@ -136,7 +136,7 @@ _MODE_ONLY_KEYS = {
 _RESERVED_NAMES = ("alerts",)
 # The top-level keys of `reconcile --json` besides the contracts' (it reports each
 # contract's check under the contract's name, beside these): "ok" and the fields of
-# service.verbs.reconcile.Reconciliation, which this package cannot import
+# service.lake.invariants.Reconciliation, which this package cannot import
 # (tests/unit/contracts/test_loading_refusals.py keeps the two lists equal).
 REPORT_KEYS = (
     "ok", "storage_root", "since", "generated_at", "duration_seconds", "tables", "bronze",

@@ -46,6 +46,7 @@ from service.kafka.offsets import broker_offsets, offsets_consumer
 from service.lake.checkpoints import BatchRanges
 from service.lake.delta import ensure_table
 from service.lake.evolution import Evolution, apply_evolution, plan_evolution
+from service.lake.invariants import reconcile
 from service.lake.lakeview import LakeReader
 from service.lake.lease import DriverLease, acquire_driver_lease
 from service.lake.maintenance import maintenance_for
@@ -58,7 +59,6 @@ from service.streaming.queries import (
     trigger_seconds,
 )
 from service.streaming.session import build_spark, expected_executors
-from service.verbs.reconcile import reconcile
 
 log = structlog.get_logger(__name__)
 

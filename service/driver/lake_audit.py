@@ -4,7 +4,7 @@ Every ``INGEST_RECONCILE_INTERVAL_SECONDS`` a daemon thread reads each ingest
 query's checkpoint and checks the Kafka offsets from where the previous check ended
 up to the last committed batch's end. A committed batch is in every table it
 writes, so a batch still being written is never mistaken for a loss; the silver
-snapshots are read before bronze's (`service.verbs.reconcile.reconcile`). Checking only
+snapshots are read before bronze's (`service.lake.invariants.reconcile`). Checking only
 the new offsets keeps the cost proportional to what was ingested (the per-reading
 gold tables are read by the same offsets); the gold window-key checks and "one row
 per user id" still read those tables whole.
@@ -30,7 +30,7 @@ import structlog
 
 from service.background import PeriodicWorker
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
-from service.verbs.reconcile import Increment, Increments, Reconciliation
+from service.lake.invariants import Increment, Increments, Reconciliation
 
 log = structlog.get_logger(__name__)
 

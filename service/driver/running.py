@@ -21,12 +21,12 @@ from pyspark.sql.streaming.query import StreamingQuery
 from service.config import Settings
 from service.driver.http import liveness_verdict, readiness_verdict
 from service.driver.metrics import IngestMetrics
+from service.driver_status import DriverView, QueryNow
 from service.failures import query_failure
 from service.gold.queries import GoldQuery
 from service.ingest.query import IngestQuery
 from service.lake.lease import DriverLease
 from service.streaming.queries import QueryWriter
-from service.verbs.driver_view import DriverView, QueryNow
 
 log = structlog.get_logger(__name__)
 

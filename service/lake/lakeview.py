@@ -1,6 +1,7 @@
 """Reading the lake's Delta tables without a JVM: delta-rs, and its DataFusion SQL over them.
 
-The operator verbs (`service.verbs.show`, `service.verbs.reconcile`) read through here. A
+The operator verbs (`service.verbs.show`) and the lake's checks (`service.lake.invariants`) read
+through here. A
 table is named by the catalogue (`service.lake.tables`); the storage root is the
 service's own (``INGEST_STORAGE_ROOT``): a local path, or ``s3a://`` (Hadoop's
 scheme) read as ``s3://`` with the S3 settings the driver uses (endpoint,
@@ -11,9 +12,13 @@ driver, which only ever adds versions.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
@@ -138,3 +143,29 @@ def one_line(error: BaseException) -> str:
     """delta-rs's multi-line, coloured error text as one plain line."""
     text = _ANSI.sub("", str(error)).replace("↳", " ")
     return " ".join(text.split())[:400] or type(error).__name__
+
+
+def plain(value: Any) -> Any:
+    """A value read from Arrow as plain JSON data, rendered as every format prints it."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, datetime):
+        text = value.isoformat()
+        return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return str(value)

@@ -42,6 +42,7 @@ from service.ingest.strategies import silver_writer, summarize
 from service.ingest.validation import split_valid_invalid
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
+from service.lake.invariants import MOVED
 from service.lake.lease import acquire_driver_lease
 from service.lake.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.lake.tables import (
@@ -51,7 +52,6 @@ from service.lake.tables import (
     contract_tables,
 )
 from service.streaming.session import build_spark
-from service.verbs.reconcile import MOVED
 
 log = structlog.get_logger(__name__)
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from service.lake.lakeview import plain
 from service.lake.tables import Table
 
 if TYPE_CHECKING:
@@ -79,32 +77,6 @@ def show(reader: LakeReader, request: ShowRequest, out: TextIO) -> int:
     out.write(render_table(planned.schema.names, shown))
     out.write(_footer(len(shown), more) + "\n")
     return len(shown)
-
-
-def plain(value: Any) -> Any:
-    """A value read from Arrow as plain JSON data, rendered as every format prints it."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, datetime):
-        text = value.isoformat()
-        return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
-    if isinstance(value, date | time):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return str(value)
 
 
 def text_cell(value: Any) -> str:

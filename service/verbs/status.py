@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from service.config import Settings
 from service.contracts.model import Contract
+from service.driver_status import DriverView, QueryNow, fetch_driver_view
 from service.errors import CheckpointCorruptError, CheckpointMismatchError, LakeReadError
 from service.gold.queries import gold_queries
 from service.ingest.query import ingest_queries
@@ -40,7 +41,6 @@ from service.lake.tables import (
     contract_tables,
 )
 from service.streaming.queries import checkpoint_location
-from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
 
 T = TypeVar("T")
 # How long `status` waits for the brokers' first answer: an on-call answer in seconds even

@@ -25,10 +25,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
+from service.lake.invariants import Increment, reconcile
 from service.lake.lakeview import LakeReader
 from service.lake.schemas import COORDINATES
 from service.lake.tables import SHIPPED
-from service.verbs.reconcile import Increment, reconcile
 from service.verbs.show import ShowRequest, show
 from tests.support.lake import Lake, LakeFactory
 

@@ -157,7 +157,7 @@ def test_a_contract_file_named_after_a_key_of_the_reconcile_report_is_refused(
 
 
 def test_the_reserved_names_are_every_top_level_key_of_the_reconcile_report() -> None:
-    from service.verbs.reconcile import Reconciliation
+    from service.lake.invariants import Reconciliation
 
     keys = {f.name for f in dataclasses.fields(Reconciliation)} | {"ok"}
     assert keys == set(REPORT_KEYS)

@@ -14,8 +14,7 @@ from structlog.testing import capture_logs
 from service.config import Settings
 from service.driver.lake_audit import AuditedTopic, Cursor, LakeAuditor, advance, plan
 from service.driver.metrics import IngestMetrics
-from service.lake.object_files import ObjectFiles
-from service.verbs.reconcile import (
+from service.lake.invariants import (
     Coverage,
     EntitiesCheck,
     Finding,
@@ -24,6 +23,7 @@ from service.verbs.reconcile import (
     PartitionOffsets,
     Reconciliation,
 )
+from service.lake.object_files import ObjectFiles
 
 
 def report(bronze: list[PartitionOffsets], rows: int, problems: list[str]) -> Reconciliation:

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from service.driver.http import liveness_verdict, readiness_verdict, serve_http
-from service.verbs.driver_view import DriverView, QueryNow, fetch_driver_view
+from service.driver_status import DriverView, QueryNow, fetch_driver_view
 
 VIEW = DriverView(
     pid=4242,

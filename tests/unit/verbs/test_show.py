@@ -16,12 +16,11 @@ from deltalake import write_deltalake
 from service.__main__ import main
 from service.config import Location
 from service.errors import LakeRequestError
-from service.lake.lakeview import LakeReader
+from service.lake.lakeview import LakeReader, plain
 from service.lake.tables import BRONZE_SENSORS, QUARANTINE_TABLE
 from service.verbs.show import (
     CELL_WIDTH,
     ShowRequest,
-    plain,
     render_table,
     select_statement,
     show,

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from service.config import Settings
 from service.contracts.loading import parse_contract
 from service.contracts.model import Contract
+from service.driver_status import DriverView, QueryNow
 from service.kafka.offsets import PartitionStatus
 from service.lake.checkpoints import PLAN_FILE, CheckpointState, read_checkpoint
 from service.lake.delta import append_once, ensure_table
@@ -20,7 +21,6 @@ from service.lake.evolution import Evolution, apply_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.object_files import ObjectFiles
 from service.lake.tables import SENSOR_DUPLICATES_TABLE, USERS, Table, contract_tables
-from service.verbs.driver_view import DriverView, QueryNow
 from service.verbs.status import (
     LeaseStatus,
     QueryStatus,

@@ -1,4 +1,5 @@
-"""The reconcile verb's checks, run by delta-rs on small hand-made local lakes (no Spark)."""
+"""The lake's invariants (what `reconcile` checks), run by delta-rs on small hand-made local lakes
+(no Spark); and `reconcile`'s `--since`."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from deltalake import write_deltalake
 
 from service.config import Settings
 from service.errors import LakeRequestError
-from service.lake.lakeview import LakeReader
-from service.verbs.reconcile import (
+from service.lake.invariants import (
     Increment,
     Increments,
     OffsetRange,
     Reconciliation,
-    parse_since,
     reconcile,
 )
+from service.lake.lakeview import LakeReader
+from service.verbs.reconcile import parse_since
 
 T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 Coordinate = tuple[int, int]  # (partition, offset); the topic is the table's
