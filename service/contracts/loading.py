@@ -232,7 +232,7 @@ def parse_contract(
         raise ContractError(
             _one_line(f"{source}: not a valid JSON Schema at {where}: {e.message}")
         ) from None
-    document = resolve_definitions(source, document)
+    document = type_unions(resolve_definitions(source, document))
     _check_root(source, document)
     extension: Mapping[str, Any] = document.get("x-lakehouse", {})
     _check_extension_values(source, extension)
@@ -369,11 +369,64 @@ def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str
 
 
 def _mentions_ref(schema: Any) -> bool:
+    return _mentions(schema, ("$ref",))
+
+
+def _mentions(schema: Any, keywords: Sequence[str]) -> bool:
     if isinstance(schema, dict):
-        return "$ref" in schema or any(_mentions_ref(v) for v in schema.values())
+        return any(k in schema for k in keywords) or any(
+            _mentions(v, keywords) for v in schema.values()
+        )
     if isinstance(schema, list):
-        return any(_mentions_ref(v) for v in schema)
+        return any(_mentions(v, keywords) for v in schema)
     return False
+
+
+def type_unions(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``document`` with each ``oneOf``/``anyOf`` whose alternatives only name a type each
+    (``[{"type": "string"}, {"type": "null"}]``) written as that union of types (pure), where
+    the schema declares no ``type`` of its own. A ``oneOf`` of ``integer`` and ``number`` is
+    left alone (an integer matches both, so none is valid), as is any other: the keyword
+    check refuses it. A document without either keyword comes back as it is."""
+    if not _mentions(document, ("oneOf", "anyOf")):
+        return document
+
+    def union(alternatives: Any, exclusive: bool) -> list[str] | None:
+        if not isinstance(alternatives, list) or not alternatives:
+            return None
+        kinds: list[str] = []
+        for alternative in alternatives:
+            if not isinstance(alternative, dict) or not isinstance(alternative.get("type"), str):
+                return None
+            if set(alternative) - {"type"} - _ANNOTATIONS:
+                return None
+            kinds.append(alternative["type"])
+        if exclusive and (len(set(kinds)) < len(kinds) or {"integer", "number"} <= set(kinds)):
+            return None
+        return list(dict.fromkeys(kinds))
+
+    def rewritten(schema: Any) -> Any:
+        if not isinstance(schema, dict):
+            return schema
+        node = dict(schema)
+        for keyword in ("oneOf", "anyOf"):
+            kinds = union(node.get(keyword), exclusive=keyword == "oneOf")
+            if kinds is not None and "type" not in node:
+                del node[keyword]
+                node["type"] = kinds[0] if len(kinds) == 1 else kinds
+        for key in _SCHEMA_MAPS:
+            if isinstance(node.get(key), dict):
+                node[key] = {name: rewritten(value) for name, value in node[key].items()}
+        for key in _SCHEMA_LISTS:
+            if isinstance(node.get(key), list):
+                node[key] = [rewritten(value) for value in node[key]]
+        for key in _SCHEMA_VALUES:
+            if key in node:
+                node[key] = rewritten(node[key])
+        return node
+
+    result: dict[str, Any] = rewritten(document)
+    return result
 
 
 def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:
@@ -415,10 +468,10 @@ def _check_schema_object(source: str, schema: Any, pointer: str) -> None:
 
 # Why the engine does not compile a keyword users reach for, and what to write instead.
 _UNSUPPORTED_WHY = {
-    "oneOf": 'a column has one type: write a union of types as "type": [...], alternatives'
-    " of rules as if/then/else",
-    "anyOf": 'a column has one type: write a union of types as "type": [...], alternatives'
-    " of rules as if/then/else",
+    "oneOf": "only alternatives that each name a type alone are read (as a union of types);"
+    " alternatives of rules are written as if/then/else",
+    "anyOf": "only alternatives that each name a type alone are read (as a union of types);"
+    " alternatives of rules are written as if/then/else",
     "items": "arrays are not typed yet: leave the field undeclared, it is kept in _rescued",
     "$defs": "definitions stand under the document's root $defs",
 }
@@ -475,6 +528,10 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
         _check_schema_object(source, prop, at)
         types = prop.get("type")
         if types is None:
+            for keyword in ("oneOf", "anyOf"):
+                if keyword in prop:  # alternatives `type_unions` could not read as types
+                    why = _UNSUPPORTED_WHY[keyword]
+                    raise _unsupported(source, f"{at}/{keyword}", keyword, why)
             raise _bad(source, at, "every property declares its type")
         kinds = [types] if isinstance(types, str) else list(types)
         for kind in kinds:

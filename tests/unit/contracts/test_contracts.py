@@ -170,8 +170,8 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
             lambda d: d["properties"]["first_name"].update(oneOf=[{"type": "string"}]),
             "/properties/first_name/oneOf",
             "oneOf",
-            ': a column has one type: write a union of types as "type": [...], alternatives of'
-            " rules as if/then/else",
+            ": only alternatives that each name a type alone are read (as a union of types);"
+            " alternatives of rules are written as if/then/else",
         ),
         (
             lambda d: d["properties"]["country"].update({"$defs": {"c": {"type": "string"}}}),
@@ -200,8 +200,8 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
             ),
             "/properties/address/properties/city/anyOf",
             "anyOf",
-            ': a column has one type: write a union of types as "type": [...], alternatives of'
-            " rules as if/then/else",
+            ": only alternatives that each name a type alone are read (as a union of types);"
+            " alternatives of rules are written as if/then/else",
         ),
         (
             lambda d: d["properties"].update(tags={"type": "array"}),
@@ -490,8 +490,9 @@ def test_status_with_a_bad_contract_exits_2_with_one_line_before_touching_anythi
     assert ("invalid_configuration", "error") == (logged["event"], logged["level"])
     assert (
         f"{path}: /properties/first_name/oneOf: keyword 'oneOf' is not supported by the engine:"
-        ' a column has one type: write a union of types as "type": [...], alternatives of rules'
-        " as if/then/else (docs/contracts.md lists the keywords it compiles)"
+        " only alternatives that each name a type alone are read (as a union of types);"
+        " alternatives of rules are written as if/then/else (docs/contracts.md lists the"
+        " keywords it compiles)"
     ) == logged["error"]
     assert not (tmp_path / "lake").exists()
     assert time.monotonic() - started < 20  # no Kafka connection was tried

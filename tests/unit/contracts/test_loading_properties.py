@@ -55,7 +55,7 @@ WORDS = sorted(
         "ingested_at", "is_deleted", "deleted_at", "silver/orders", "bronze/orders", "long",
         *(name for seed in SEEDS for name in seed["properties"]),
         "geolocation.city", "$ref", "$defs", "#/$defs/Money", "#/$defs/Place", "#/$defs/Text",
-        "Money", "Place", "Text",
+        "Money", "Place", "Text", "oneOf", "anyOf",
     }
 )  # fmt: skip
 SCALARS = (

@@ -670,3 +670,38 @@ def test_an_object_without_properties_that_refuses_every_member_stays_an_empty_o
 
     assert contract.field("empty").is_object
     assert "empty" not in [c.name for c in contract.payload_columns()]
+
+
+# --- oneOf and anyOf as unions of types -----------------------------------------------------
+
+
+@pytest.mark.parametrize("keyword", ["oneOf", "anyOf"])
+def test_alternatives_that_each_name_a_type_read_as_a_union_of_types(keyword: str) -> None:
+    spelt = orders_with(set_property("note", {keyword: [
+        {"type": "string", "description": "free text"}, {"type": "null"}]}))  # fmt: skip
+    written = orders_with(set_property("note", {"type": ["string", "null"]}))
+
+    contract = parse_contract(spelt, "/contracts/orders.json", "orders", {})
+
+    assert ("string", "null") == contract.field("note").types
+    assert parse_contract(written, "/contracts/orders.json", "orders", {}).document == (
+        contract.document
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [
+        ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),  # 1 matches both
+        ({"anyOf": [{"type": "string", "minLength": 2}, {"type": "null"}]}, "anyOf"),
+        ({"type": "string", "anyOf": [{"type": "string"}]}, "anyOf"),
+    ],
+    ids=["integer-or-number-exclusive", "a-rule-in-an-alternative", "beside-a-type"],
+)
+def test_other_alternatives_are_refused_saying_what_is_read(schema: Any, keyword: str) -> None:
+    assert (
+        f"/properties/note/{keyword}: keyword {keyword!r} is not supported by the engine: only"
+        " alternatives that each name a type alone are read (as a union of types);"
+        " alternatives of rules are written as if/then/else (docs/contracts.md lists the"
+        " keywords it compiles)"
+    ) == refusal(orders_with(set_property("note", schema)))
