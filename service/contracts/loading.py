@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,7 +305,7 @@ def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str
     reference uses, are refused.
     """
     definitions = document.get("$defs", {})
-    if "$defs" not in document and not _mentions_ref(document):
+    if "$defs" not in document and not _mentions(document, ("$ref",)):
         return document
 
     def resolved(schema: Any, pointer: str, stack: tuple[str, ...]) -> Any:
@@ -314,22 +314,7 @@ def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str
         node = dict(schema)
         if "$ref" in node:
             node = referenced(node, pointer, stack)
-        for key in _SCHEMA_MAPS:
-            if isinstance(node.get(key), dict):
-                node[key] = {
-                    name: resolved(value, _pointer(f"{pointer}/{key}", [name]), stack)
-                    for name, value in node[key].items()
-                }
-        for key in _SCHEMA_LISTS:
-            if isinstance(node.get(key), list):
-                node[key] = [
-                    resolved(value, f"{pointer}/{key}/{i}", stack)
-                    for i, value in enumerate(node[key])
-                ]
-        for key in _SCHEMA_VALUES:
-            if key in node:
-                node[key] = resolved(node[key], f"{pointer}/{key}", stack)
-        return node
+        return _with_subschemas(node, pointer, lambda s, at: resolved(s, at, stack))
 
     def referenced(node: dict[str, Any], pointer: str, stack: tuple[str, ...]) -> dict[str, Any]:
         target = node.pop("$ref")
@@ -366,10 +351,6 @@ def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str
             why = "no $ref of the contract names this definition"
             raise _bad(source, _pointer("/$defs", [name]), f"{why}: remove it (never ignored)")
     return result
-
-
-def _mentions_ref(schema: Any) -> bool:
-    return _mentions(schema, ("$ref",))
 
 
 def _mentions(schema: Any, keywords: Sequence[str]) -> bool:
@@ -414,19 +395,30 @@ def type_unions(document: Mapping[str, Any]) -> Mapping[str, Any]:
             if kinds is not None and "type" not in node:
                 del node[keyword]
                 node["type"] = kinds[0] if len(kinds) == 1 else kinds
-        for key in _SCHEMA_MAPS:
-            if isinstance(node.get(key), dict):
-                node[key] = {name: rewritten(value) for name, value in node[key].items()}
-        for key in _SCHEMA_LISTS:
-            if isinstance(node.get(key), list):
-                node[key] = [rewritten(value) for value in node[key]]
-        for key in _SCHEMA_VALUES:
-            if key in node:
-                node[key] = rewritten(node[key])
-        return node
+        return _with_subschemas(node, "", lambda s, _: rewritten(s))
 
     result: dict[str, Any] = rewritten(document)
     return result
+
+
+def _with_subschemas(
+    node: dict[str, Any], pointer: str, apply: Callable[[Any, str], Any]
+) -> dict[str, Any]:
+    """``node`` with ``apply(schema, its pointer)`` in place of each schema directly under it
+    (its properties, allOf entries, if/then/else, additionalProperties)."""
+    for key in _SCHEMA_MAPS:
+        if isinstance(node.get(key), dict):
+            node[key] = {
+                name: apply(value, _pointer(f"{pointer}/{key}", [name]))
+                for name, value in node[key].items()
+            }
+    for key in _SCHEMA_LISTS:
+        if isinstance(node.get(key), list):
+            node[key] = [apply(value, f"{pointer}/{key}/{i}") for i, value in enumerate(node[key])]
+    for key in _SCHEMA_VALUES:
+        if key in node:
+            node[key] = apply(node[key], f"{pointer}/{key}")
+    return node
 
 
 def _unsupported(source: str, pointer: str, keyword: str, why: str = "") -> ContractError:
