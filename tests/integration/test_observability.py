@@ -221,6 +221,15 @@ def test_prometheus_scrapes_every_dashboard_and_alert_series_and_sees_a_storage_
             120,
             "Prometheus sees a maintenance round succeed",
         )
+        # Gold's first batch reports the watermark of no event (0); the watermark it
+        # moves to is reported by its next batch, data or not.
+        _eventually(
+            lambda: bool(
+                prometheus.query('lakehouse_ingest_freshness_timestamp_seconds{basis="watermark"}')
+            ),
+            120,
+            "Prometheus sees gold's event-time watermark",
+        )
         _assert_the_consumer_group_holds_the_checkpoint(lake)
         _assert_the_driver_jvm_is_exported(prometheus)
         _assert_status_asks_the_running_driver(lake, http_port, service.pid)
