@@ -52,9 +52,11 @@ _VALUE_KEYWORDS = {
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
 _OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"}
+_ARRAY_KEYWORDS = {"type", "items", "minItems", "maxItems", "uniqueItems"}
+_MAP_KEYWORDS = {"type", "additionalProperties", "minProperties", "maxProperties"}
 _ROOT_KEYWORDS = _OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired", "x-lakehouse"}
 _FORMATS = ("date", "date-time")
-_TYPES = ("null", "boolean", "integer", "number", "string", "object")
+_TYPES = ("null", "boolean", "integer", "number", "string", "object", "array")
 _EXTENSION_KEYS = {
     "name", "topic", "key", "mode", "id", "order_by", "event_time", "max_future_seconds",
     "dedup_horizon_seconds", "partition_by", "flatten", "derived", "tables", "version",
@@ -289,7 +291,7 @@ _DEFS = "#/$defs/"
 # stand: a walk into any other keyword's value would read data (`const`, `default`, ...).
 _SCHEMA_MAPS = ("properties",)
 _SCHEMA_LISTS = ("allOf",)
-_SCHEMA_VALUES = ("if", "then", "else", "additionalProperties")
+_SCHEMA_VALUES = ("if", "then", "else", "additionalProperties", "items")
 
 
 def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -464,7 +466,9 @@ _UNSUPPORTED_WHY = {
     " alternatives of rules are written as if/then/else",
     "anyOf": "only alternatives that each name a type alone are read (as a union of types);"
     " alternatives of rules are written as if/then/else",
-    "items": "arrays are not typed yet: leave the field undeclared, it is kept in _rescued",
+    "items": "items types the elements of a property of type array",
+    "prefixItems": "an array's elements share one schema (items); a tuple is not typed",
+    "contains": "an array's elements share one schema (items)",
     "$defs": "definitions stand under the document's root $defs",
 }
 
@@ -504,7 +508,8 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
     if not isinstance(additional, bool):
         raise _unsupported(
             source, f"{pointer}/additionalProperties", "additionalProperties",
-            "only true (unknown fields are kept in _rescued) or false (refused)",
+            "only true (unknown fields are kept in _rescued) or false (refused) beside"
+            " properties; a schema makes a map, an object property without properties",
         )  # fmt: skip
     declared = schema.get("properties", {})
     for i, name in enumerate(schema.get("required", ())):
@@ -532,6 +537,9 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
         if "object" in kinds:
             if set(kinds) - {"object", "null"}:
                 raise _unsupported(source, f"{at}/type", "type", "an object or null, not both")
+            if "properties" not in prop and isinstance(prop.get("additionalProperties"), dict):
+                _check_members(source, prop, at, kinds, "map")
+                continue
             if "x-lakehouse" in prop:
                 raise _bad(source, f"{at}/x-lakehouse", "a nested object has no x-lakehouse"
                            " block: its columns' prefix is the contract's x-lakehouse.flatten,"
@@ -539,7 +547,60 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
             _check_keywords(source, prop, at, _OBJECT_KEYWORDS)
             _check_object(source, prop, at)
             continue
+        if "array" in kinds:
+            _check_members(source, prop, at, kinds, "array")
+            continue
         _check_value(source, prop, at, kinds, in_branch=False)
+
+
+# An array's and a map's: their own type, the keyword of their members' schema and its
+# words, their other keywords, the words of their members, and their size keywords.
+_MEMBERS = {
+    "array": ("array", "items", "its elements'", _ARRAY_KEYWORDS, "elements",
+              ("minItems", "maxItems")),
+    "map": ("object", "additionalProperties", "its values'", _MAP_KEYWORDS, "values",
+            ("minProperties", "maxProperties")),
+}  # fmt: skip
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article."""
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def _check_members(
+    source: str, schema: Mapping[str, Any], pointer: str, kinds: list[str], what: str
+) -> None:
+    """An array (``items``) or a map (``additionalProperties``), or null, whose members have
+    one scalar field's schema."""
+    kind, keyword, their, allowed, members, (low_keyword, high_keyword) = _MEMBERS[what]
+    if set(kinds) - {kind, "null"}:
+        raise _unsupported(source, f"{pointer}/type", "type", f"{_a(what)} or null, not both")
+    if "x-lakehouse" in schema:
+        raise _bad(source, f"{pointer}/x-lakehouse", f"{_a(what)} has no x-lakehouse block:"
+                   f" {their} annotations go in its {keyword}")  # fmt: skip
+    _check_keywords(source, schema, pointer, allowed)
+    if keyword not in schema:
+        raise _bad(source, pointer, f"{_a(what)} declares {their} schema ({keyword})")
+    at, member = f"{pointer}/{keyword}", schema[keyword]
+    _check_schema_object(source, member, at)
+    types = member.get("type")
+    if types is None:
+        raise _bad(source, at, f"{keyword} declares {their} type")
+    member_kinds = [types] if isinstance(types, str) else list(types)
+    for compound in ("object", "array"):
+        if compound in member_kinds:
+            raise _unsupported(source, f"{at}/type", "type", f"{_a(what)}'s {members} are"
+                               f" scalars (or null), not {compound}s: leave the property"
+                               " undeclared, it is kept in _rescued")  # fmt: skip
+    for member_kind in member_kinds:
+        if member_kind not in _TYPES:
+            raise _unsupported(source, f"{at}/type", "type", f"type {member_kind!r}")
+    _check_value(source, member, at, member_kinds, in_branch=False)
+    low, high = schema.get(low_keyword), schema.get(high_keyword)
+    if low is not None and high is not None and low > high:
+        raise _bad(source, pointer, f"{low_keyword} {low} is above {high_keyword} {high}:"
+                   " every value would be out of range")  # fmt: skip
 
 
 def _check_value(
@@ -661,8 +722,10 @@ def _check_branch(
         _check_schema_object(source, prop, at)
         types = prop["type"]
         kinds = [types] if isinstance(types, str) else list(types)
-        if "object" in kinds or "object" in base[name].get("type", ()):
-            raise _bad(source, at, f"{name!r} is an object: a then/else has no rules for one")
+        for compound in ("object", "array"):
+            if compound in kinds or compound in base[name].get("type", ()):
+                raise _bad(source, at, f"{name!r} is an {compound}: a then/else has no rules"
+                           " for one")  # fmt: skip
         _check_value(source, prop, at, kinds, in_branch=True)
 
 
@@ -688,6 +751,12 @@ def _conditionals(
         }
         when = Condition(known(condition.get("required", ()), f"{at}/if"), equals)
         known(list(equals), f"{at}/if")
+        for name in equals:
+            if fields[name].is_array or fields[name].is_map:
+                noun = "array" if fields[name].is_array else "map"
+                where = _pointer(f"{at}/if/properties", [name])
+                raise _bad(source, where, f"{name!r} is {_a(noun)}: an if compares a field"
+                           f" with values, which no {noun} is")  # fmt: skip
         default = " when " + " and ".join(
             f"{k} is {'/'.join(map(str, v))}" for k, v in equals.items()
         )
@@ -831,10 +900,15 @@ def _check_columns(contract: Contract) -> None:
                        f" {seen[column.lower()]}")  # fmt: skip
         seen[column.lower()] = pointer
     names = {column.lower() for column, _ in made}
+    compounds = {f.column.lower(): f for f in contract.leaves if f.is_array or f.is_map}
     for i, column in enumerate(contract.stats_columns):
         if column.lower() not in names:
             raise _bad(source, f"/x-lakehouse/stats_columns/{i}", f"{column!r} is not a column"
                        " the contract makes (a field's, a derived one)")  # fmt: skip
+        if column.lower() in compounds:
+            noun = "array" if compounds[column.lower()].is_array else "map"
+            raise _bad(source, f"/x-lakehouse/stats_columns/{i}", f"{column!r} is {_a(noun)}:"
+                       " Delta keeps no file statistics of one")  # fmt: skip
     if contract.tables.duplicates is not None:
         kept = [c.name.lower() for c in duplicates_schema(contract).fields]
         if len(set(kept)) < len(kept):

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DateType,
     DoubleType,
     LongType,
+    MapType,
     StringType,
     StructField,
     TimestampType,
@@ -71,7 +73,7 @@ class Field:
     @property
     def is_object(self) -> bool:
         """Whether it is a nested object (its properties are fields of their own)."""
-        return "object" in self.types and not self.is_free_form
+        return "object" in self.types and not self.is_free_form and not self.is_map
 
     @property
     def is_free_form(self) -> bool:
@@ -80,8 +82,34 @@ class Field:
         return (
             "object" in self.types
             and "properties" not in self.schema
-            and self.schema.get("additionalProperties", True) is not False
+            and self.schema.get("additionalProperties", True) is True
         )
+
+    @property
+    def is_map(self) -> bool:
+        """Whether it is a map: an object declared without ``properties`` whose members'
+        values all have one schema (``additionalProperties``), keys free."""
+        return (
+            "object" in self.types
+            and "properties" not in self.schema
+            and isinstance(self.schema.get("additionalProperties"), Mapping)
+        )
+
+    @property
+    def is_array(self) -> bool:
+        """Whether it is an array (of the scalar values its ``items`` declares)."""
+        return "array" in self.types
+
+    @property
+    def item(self) -> Field:
+        """An array's element (path ``<path>[]``) or a map's value (``<path>.*``), as a
+        field of its own."""
+        if self.is_array:
+            path, keyword = f"{self.path}[]", "items"
+        else:
+            path, keyword = f"{self.path}.*", "additionalProperties"
+        return Field(path, self.column, self.schema[keyword], f"{self.pointer}/{keyword}",
+                     required=False)  # fmt: skip
 
     @property
     def nullable(self) -> bool:
@@ -101,6 +129,15 @@ class Field:
             return None
         if self.is_free_form:
             return StringType()
+        if self.is_array:
+            # Elements (a map's values) may hold null in the column whatever their schema
+            # says (validation checks it): a column's element nullability could not change
+            # when the schema's does.
+            assert self.item.data_type is not None
+            return ArrayType(self.item.data_type, containsNull=True)
+        if self.is_map:
+            assert self.item.data_type is not None
+            return MapType(StringType(), self.item.data_type, valueContainsNull=True)
         if (known := _FORMAT_TYPES.get(self.format or "")) is not None:
             return known
         kinds = [t for t in self.types if t != "null"]

@@ -22,7 +22,7 @@ code; docs/contracts.md has the table):
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import Column
@@ -46,6 +46,7 @@ _EXPECTED = {
     "number": "a JSON number",
     "boolean": "a JSON boolean",
     "object": "a JSON object",
+    "array": "a JSON array",
 }
 
 
@@ -96,7 +97,7 @@ def _field_rules(
                     _detail(f.path, "required" + branch.suffix),
                 )
             )
-    rules += _value_rules(f.path, f.schema, field, today, "", F.lit(True))
+    rules += own_rules(f, field, today)
     for conditional_when, branch in _branches(contract):
         schema = branch.properties.get(f.path)
         if schema is not None:
@@ -158,7 +159,7 @@ def _equals_one_of(field: JsonField, values: Sequence[Any]) -> Column:
 
 
 def _value_rules(
-    path: str,
+    path: str | Column,
     schema: Mapping[str, Any],
     field: JsonField,
     today: Column,
@@ -266,7 +267,7 @@ def _value_rules(
 
 
 def _type_rules(
-    path: str, field: JsonField, kinds: tuple[str, ...], fmt: Any, suffix: str
+    path: str | Column, field: JsonField, kinds: tuple[str, ...], fmt: Any, suffix: str
 ) -> list[Violation]:
     allowed = set(kinds)
     if "number" in allowed:
@@ -304,7 +305,7 @@ def _type_rules(
 
 
 def _bounds(
-    path: str, schema: Mapping[str, Any], field: JsonField, integer: bool, suffix: str
+    path: str | Column, schema: Mapping[str, Any], field: JsonField, integer: bool, suffix: str
 ) -> list[Violation]:
     value = field.as_long() if integer else field.as_double()
 
@@ -358,7 +359,9 @@ def _bounds(
     return rules
 
 
-def _one_of(path: str, schema: Mapping[str, Any], field: JsonField, suffix: str) -> Violation:
+def _one_of(
+    path: str | Column, schema: Mapping[str, Any], field: JsonField, suffix: str
+) -> Violation:
     values: list[Any] = list(schema["enum"]) if "enum" in schema else [schema["const"]]
     listed = ", ".join(str(v) for v in values if v is not None)
     words = f" is not one of {listed}" if "enum" in schema else f" is not {listed}"
@@ -371,7 +374,7 @@ def _one_of(path: str, schema: Mapping[str, Any], field: JsonField, suffix: str)
 
 
 def _date_bounds(
-    path: str, field: JsonField, extension: Mapping[str, Any], today: Column
+    path: str | Column, field: JsonField, extension: Mapping[str, Any], today: Column
 ) -> Violation:
     def bound(text: Any) -> Column:
         if text == "today":
@@ -429,14 +432,123 @@ def _in_future(field: JsonField, max_future_seconds: int) -> Violation:
     )
 
 
-def _detail(path: str, *parts: Column | str) -> Column:
-    return F.concat(F.lit(f"{path}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts])
+def _detail(path: str | Column, *parts: Column | str) -> Column:
+    """``<path>: <parts>``; ``path`` a Column where it is computed (an array element's)."""
+    head = [F.lit(f"{path}: ")] if isinstance(path, str) else [path, F.lit(": ")]
+    return F.concat(*head, *[F.lit(p) if isinstance(p, str) else p for p in parts])
 
 
 def own_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
-    """The rules of ``f``'s own schema (its type, format and value keywords), without its
-    being required nor the conditional rules: what a value of it alone must satisfy."""
-    return _value_rules(f.path, f.schema, field, today, "", F.lit(True))
+    """The rules of ``f``'s own schema (its type, format and value keywords; an array's or a
+    map's and its members'), without its being required nor the conditional rules: what a
+    value of it alone must satisfy."""
+    rules = _value_rules(f.path, f.schema, field, today, "", F.lit(True))
+    if f.is_array:
+        rules += _array_rules(f, field, today)
+    elif f.is_map:
+        rules += _map_rules(f, field, today)
+    return rules
+
+
+def _array_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
+    """An array's ``minItems``, ``maxItems`` and ``uniqueItems``, then the rules of its
+    ``items``, each naming the first element that breaks it (``tags[2]``, from 0)."""
+    rules = _size_rules(f, field.as_array(), "minItems", "maxItems", "items")
+    if f.schema.get("uniqueItems") is True:
+        rules.append(_unique_items(f, field))
+
+    def path(member: Column) -> Column:
+        return F.concat(F.lit(f"{f.path}["), member["key"], F.lit("]"))
+
+    return rules + _member_rules(f, field, path, today)
+
+
+def _map_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
+    """A map's ``minProperties`` and ``maxProperties``, then the rules of its values'
+    schema, each naming the first member that breaks it (``counts.north``)."""
+    rules = _size_rules(f, field.as_map(), "minProperties", "maxProperties", "members")
+
+    def path(member: Column) -> Column:
+        return F.concat(F.lit(f"{f.path}."), member["key"])
+
+    return rules + _member_rules(f, field, path, today)
+
+
+def _size_rules(
+    f: Field, members: Column, low_keyword: str, high_keyword: str, noun: str
+) -> list[Violation]:
+    """``out_of_range`` where an array or a map has fewer members than ``low_keyword`` says,
+    or more than ``high_keyword``."""
+    size = F.when(members.isNotNull(), F.size(members))
+    rules = []
+    if low_keyword in f.schema:
+        low = int(f.schema[low_keyword])
+        detail = _detail(f.path, size.cast("string"), f" {noun} is below {low}")
+        rules.append(Violation("out_of_range", size < low, detail))
+    if high_keyword in f.schema:
+        high = int(f.schema[high_keyword])
+        detail = _detail(f.path, size.cast("string"), f" {noun} exceeds {high}")
+        rules.append(Violation("out_of_range", size > high, detail))
+    return rules
+
+
+def _member_rules(
+    f: Field, field: JsonField, path: Callable[[Column], Column], today: Column
+) -> list[Violation]:
+    """Each rule of ``f.item``'s schema, broken where a member of the array or map ``field``
+    breaks it (``path`` names a member), its detail that of the first such member.
+
+    The rules are built once, for a lambda variable: each member's details (null where a
+    rule holds) in one struct, from which each rule takes its first non-null detail."""
+    codes: list[str] = []
+
+    def details(member: Column) -> Column:
+        rules = _value_rules(path(member), f.item.schema, field.item(member), today, "",
+                             F.lit(True))  # fmt: skip
+        codes.extend(r.code for r in rules)
+        return F.struct(
+            *[F.when(r.broken, r.detail).alias(f"d{k}") for k, r in enumerate(rules)],
+            F.lit(True).alias("member"),  # a struct of no rule still has a field
+        )
+
+    def first(key: str) -> Column:
+        broken = F.filter(checked, lambda c: c[key].isNotNull())
+        return F.try_element_at(broken, F.lit(1))[key]
+
+    checked = F.transform(field.members(), details)
+    firsts = [(code, first(f"d{k}")) for k, code in enumerate(codes)]
+    return [Violation(code, detail.isNotNull(), detail) for code, detail in firsts]
+
+
+def _unique_items(f: Field, field: JsonField) -> Violation:
+    """``uniqueItems``: elements equal as JSON values (numbers by value: 1 and 1.0, 0 and -0
+    are equal) are an ``invalid_value`` naming the first repeat and what it repeats."""
+    numbers = "number" in f.item.types
+
+    def key(member: Column) -> Column:
+        element = field.item(member)
+        text = F.to_json(element.raw)
+        if not numbers:
+            return text
+        # + 0.0 turns -0.0 into 0.0.
+        value = (element.as_double() + F.lit(0.0)).cast("string")
+        return F.when(element.kind.isin("integer", "number"), value).otherwise(text)
+
+    keys = F.transform(field.members(), key)
+
+    def repeat(k: Column, i: Column) -> Column:
+        first = F.array_position(keys, k) - 1
+        return F.when(first < i, F.concat(
+            F.lit(f"{f.path}["), i.cast("string"), F.lit(f"]: repeats {f.path}["),
+            first.cast("string"), F.lit("] (uniqueItems)"),
+        ))  # fmt: skip
+
+    repeats = F.filter(F.transform(keys, repeat), lambda d: d.isNotNull())
+    return Violation(
+        "invalid_value",
+        F.coalesce(F.size(F.array_distinct(keys)) < F.size(keys), F.lit(False)),
+        F.try_element_at(repeats, F.lit(1)),
+    )
 
 
 def typed_record(contract: Contract) -> dict[str, Column]:

@@ -25,24 +25,25 @@ JSON object with keys sorted and values re-serialised with their JSON types
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DateType,
     DoubleType,
     LongType,
+    MapType,
     StringType,
-    StructType,
     TimestampType,
 )
 
 from service.contracts.model import Framing
 from service.ingest.bronze import utf8_text
-from service.lake.schemas import QUARANTINE, payload_columns
+from service.lake.schemas import QUARANTINE
 
 ERROR_CODES = (
     "empty_payload",
@@ -269,8 +270,12 @@ def json_type(field: str, schema: str | None = None) -> Column:
     compute it again. One SQL expression: built call by call, it was ~25 py4j calls,
     half a second of every driver start for the payload fields.
     """
+    return F.expr(_json_type_sql(field, schema))
+
+
+def _json_type_sql(field: str, schema: str | None = None) -> str:
     schema = f"schema_of_variant({field})" if schema is None else schema
-    return F.expr(
+    return (
         f"CASE WHEN {field} IS NULL THEN CAST(NULL AS STRING)"
         f" WHEN is_variant_null({field}) THEN 'null'"
         f" WHEN {schema} IN ('BIGINT', 'INT', 'SMALLINT', 'TINYINT') THEN 'integer'"
@@ -306,19 +311,21 @@ _READERS: dict[DataType, tuple[str, ...]] = {
     DateType(): ("string", "date"),
 }
 # Readers computed from the raw value, and those computed from other readers.
-_DIRECT_READERS = ("string", "long", "double", "boolean", "json")
-_DERIVED_READERS = ("timestamp", "date")
+_DIRECT_READERS = ("string", "long", "double", "boolean", "json", "array", "map")
+_DERIVED_READERS = ("timestamp", "date", "members")
 
 
 @dataclass(frozen=True)
 class JsonField:
     """A field of the parsed payload, staged as a VARIANT column, a JSON type column and
-    the typed readings its declared ``data_type`` needs."""
+    the typed readings its declared ``data_type`` needs; or a member of an array or a map,
+    ``element``: a lambda variable over `members` (nothing staged)."""
 
     name: str
     data_type: DataType | None = None
     # A free-form object: its value is its JSON text (``data_type`` a string).
     json_text: bool = False
+    element: Column | None = field(default=None, compare=False, hash=False)
 
     @property
     def _suffix(self) -> str:
@@ -327,11 +334,15 @@ class JsonField:
     @property
     def raw(self) -> Column:
         """The field's VARIANT value (null when absent)."""
+        if self.element is not None:
+            return self.element["value"]
         return F.col(f"_raw_{self._suffix}")
 
     @property
     def kind(self) -> Column:
         """The field's JSON type name (null when absent, ``null`` when JSON null)."""
+        if self.element is not None:
+            return self.element["kind"]
         return F.col(f"_type_{self._suffix}")
 
     @property
@@ -342,8 +353,14 @@ class JsonField:
     @property
     def readers(self) -> tuple[str, ...]:
         """The typed readings staged for this field."""
+        if self.element is not None:
+            return ()
         if self.json_text:
             return ("json",)
+        if isinstance(self.data_type, ArrayType):
+            return ("array", "members")
+        if isinstance(self.data_type, MapType):
+            return ("map", "members")
         return _READERS.get(self.data_type, ()) if self.data_type is not None else ()
 
     def staged_raw(self) -> Column:
@@ -386,6 +403,13 @@ class JsonField:
             return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
         if reader == "json":
             return F.when(self.kind == "object", F.to_json(self.raw))
+        if reader == "array":
+            return F.when(self.kind == "array", F.try_variant_get(self.raw, "$", "array<variant>"))
+        if reader == "map":
+            members = F.try_variant_get(self.raw, "$", "map<string,variant>")
+            return F.when(self.kind == "object", members)
+        if reader == "members":
+            return self._members()
         if reader == "date":
             day = self._iso_date()
             return F.when(_day_in_years(day), day)
@@ -440,11 +464,58 @@ class JsonField:
         """The value when it is a ``YYYY-MM-DD`` string naming a real day."""
         return self._value("date")
 
+    def as_array(self) -> Column:
+        """The value when it is a JSON array: its elements as VARIANTs."""
+        return self._value("array")
+
+    def as_map(self) -> Column:
+        """The value when it is a JSON object: its members' values as VARIANTs by key."""
+        return self._value("map")
+
+    def members(self) -> Column:
+        """An array's elements or a map's members in order, each a struct of its ``key``
+        (an element's index from 0, as text), its VARIANT ``value`` and its JSON type
+        ``kind``: each member's type computed once, whatever the rules that read it."""
+        return self._value("members")
+
+    def _members(self) -> Column:
+        # SQL text: built call by call, every rule on a member repeated each py4j call of
+        # the type's expression (seconds of planning for a few array fields).
+        array = f"`{self._staged('array')}`"
+        if isinstance(self.data_type, ArrayType):
+            source, key, value = array, "CAST(i AS STRING)", "m"
+            lambda_args = "(m, i)"
+        else:
+            source, key, value = f"map_entries(`{self._staged('map')}`)", "m.key", "m.value"
+            lambda_args = "m"
+        kind = _json_type_sql(value)
+        return F.expr(
+            f"transform({source}, {lambda_args} -> named_struct("
+            f"'key', {key}, 'value', {value}, 'kind', {kind}))"
+        )
+
+    def item(self, member: Column) -> JsonField:
+        """A member (a lambda variable over `members`) of an array or a map as a field."""
+        if isinstance(self.data_type, ArrayType):
+            return JsonField(f"{self.name}[]", self.data_type.elementType, element=member)
+        assert isinstance(self.data_type, MapType)
+        return JsonField(f"{self.name}.*", self.data_type.valueType, element=member)
+
     def as_type(self, data_type: DataType) -> Column:
         """The value as ``data_type`` when it has the JSON type that stands for it (a
         free-form object's: its JSON text)."""
         if self.json_text:
             return self._value("json")
+        if isinstance(data_type, ArrayType):
+            item_type = data_type.elementType
+            return F.transform(self.members(), lambda m: self.item(m).as_type(item_type))
+        if isinstance(data_type, MapType):
+            value_type = data_type.valueType
+            entries = F.transform(
+                self.members(),
+                lambda m: F.struct(m["key"], self.item(m).as_type(value_type).alias("value")),
+            )
+            return F.map_from_entries(entries)
         readers: dict[DataType, Callable[[], Column]] = {
             StringType(): self.as_string,
             BooleanType(): self.as_boolean,
@@ -579,28 +650,6 @@ class JsonField:
     def object(self) -> list[Violation]:
         """A present value other than a JSON object is a ``type_mismatch``."""
         return self.typed("a JSON object", "object")
-
-
-def payload_fields(payload: StructType) -> dict[str, JsonField]:
-    """Every field of a payload contract by JSON path, objects before their fields."""
-    fields: dict[str, JsonField] = {}
-    for field in payload.fields:
-        if isinstance(field.dataType, StructType):
-            fields[field.name] = JsonField(field.name)
-            nested = payload_columns(StructType([field]))
-            fields.update({p: JsonField(p, column.dataType) for p, column in nested})
-        else:
-            fields[field.name] = JsonField(field.name, field.dataType)
-    return fields
-
-
-def typed_columns(payload: StructType) -> dict[str, Column]:
-    """The payload's typed columns by name (`payload_columns`), null where invalid."""
-    fields = payload_fields(payload)
-    return {
-        column.name: fields[path].as_type(column.dataType).alias(column.name)
-        for path, column in payload_columns(payload)
-    }
 
 
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:

@@ -96,6 +96,11 @@ DEVICES: dict[str, Any] = {
         "firmware": {"type": ["string", "null"], "pattern": "^[0-9]+[.][0-9]+$"},
         "location": {"$ref": "#/$defs/Location"},
         "labels": {"type": ["object", "null"], "description": "Free-form: kept as JSON text."},
+        "ports": {
+            "type": ["array", "null"],
+            "uniqueItems": True,
+            "items": {"type": "integer", "minimum": 1},
+        },
         "updated_at": TIME,
     },
     "$defs": {
@@ -181,8 +186,8 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
 
 def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
     """(key, value, code): d-1 updated twice (the newer one sent first), d-2 deleted, d-3
-    with a location and free-form labels, framed by a schema registry serializer, d-4's
-    firmware broken, a tombstone without a key."""
+    with a location, free-form labels and ports, framed by a schema registry serializer, d-4's
+    firmware broken, d-5's rack, d-6's ports repeating one, a tombstone without a key."""
 
     def device(device_id: str, minute: int, **fields: Any) -> bytes:
         body = {"device_id": device_id, "updated_at": at(minute), "model": "t-1000", **fields}
@@ -203,11 +208,13 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
                 15,
                 location={"site": "ams", "rack": 4},
                 labels={"tier": "gold", "ports": [1, 2]},
+                ports=[8080, 443],
             ),
             None,
         ),
         (b"d-4", device("d-4", 15, firmware="latest"), "invalid_value"),
         (b"d-5", device("d-5", 15, location={"site": "fra", "rack": -1}), "out_of_range"),
+        (b"d-6", device("d-6", 15, ports=[22, 80, 22]), "invalid_value"),
         (b"", None, "type_mismatch"),
     ]
 
@@ -349,6 +356,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert (devices_now["d-3"].location_site, devices_now["d-3"].location_rack) == ("ams", 4)
     assert devices_now["d-3"].labels == '{"ports":[1,2],"tier":"gold"}'
     assert devices_now["d-1"].labels is None
+    assert (devices_now["d-3"].ports, devices_now["d-1"].ports) == ([8080, 443], None)
     assert (devices_now["d-3"]._schema_id, devices_now["d-1"]._schema_id) == (7, None)
 
     # 2. The operator's verbs know the new topics from the contracts alone.

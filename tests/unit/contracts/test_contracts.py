@@ -204,10 +204,12 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
             " alternatives of rules are written as if/then/else",
         ),
         (
-            lambda d: d["properties"].update(tags={"type": "array"}),
-            "/properties/tags/type",
-            "type",
-            ": type 'array'",
+            lambda d: d["properties"].update(
+                tags={"type": "array", "items": {"type": "string"}, "prefixItems": [{}]}
+            ),
+            "/properties/tags/prefixItems",
+            "prefixItems",
+            ": an array's elements share one schema (items); a tuple is not typed",
         ),
         (
             lambda d: d["x-lakehouse"].update(retention="7d"),
@@ -222,7 +224,7 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path: Path) -> None:
         "patternProperties",
         "format-email",
         "nested-anyOf",
-        "array",
+        "tuple",
         "ext",
     ],
 )

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from service.config import Location, Settings
 from service.contracts.evolution import RUNBOOK, Change, refusal, table_changes
@@ -254,6 +261,29 @@ def test_an_object_without_properties_kept_since_is_a_new_column_of_a_lake_writt
     column = StructField("attributes", StringType(), nullable=True)
     assert [Change("attributes", "a new optional field", False, add_column=column)] == changes
     assert refusal(new, changes) is None
+
+
+def test_an_array_is_a_new_column_its_elements_rules_apply_and_its_items_type_is_kept() -> None:
+    tags = {"type": ["array", "null"], "items": {"type": "string"}}
+    before = edited(orders(), add("tags", tags))
+    column = StructField("tags", ArrayType(StringType(), containsNull=True), nullable=True)
+    assert [Change("tags", "a new optional field", False, add_column=column)] == compare(
+        orders(), before
+    )[0]
+
+    # Elements allowed null, bounded, unique: rules, not columns.
+    items = {"type": ["string", "null"], "maxLength": 8}
+    relaxed = edited(
+        before, lambda d: d["properties"]["tags"].update(items=items, maxItems=4, uniqueItems=True)
+    )
+    assert ([Change("tags", "value rules changed (applied to new records)", False)], None) == (
+        compare(before, relaxed)
+    )
+    retyped = edited(before, lambda d: d["properties"]["tags"].update(items={"type": "integer"}))
+    assert (
+        refused("orders", "tags: type changed from array<string> to array<bigint>")
+        == (compare(before, retyped)[1])
+    )
 
 
 def test_framing_turned_on_adds_the_schema_id_column_and_turned_off_is_refused() -> None:

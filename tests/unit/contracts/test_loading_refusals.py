@@ -705,3 +705,208 @@ def test_other_alternatives_are_refused_saying_what_is_read(schema: Any, keyword
         " alternatives of rules are written as if/then/else (docs/contracts.md lists the"
         " keywords it compiles)"
     ) == refusal(orders_with(set_property("note", schema)))
+
+
+# --- arrays and maps -------------------------------------------------------------------------
+
+MEMBERS: dict[str, Any] = {
+    "tags": {"type": ["array", "null"], "minItems": 1, "maxItems": 3, "uniqueItems": True,
+             "items": {"type": "string", "minLength": 1, "pattern": "^[a-z]+$",
+                       "x-lakehouse": {"mismatch": "is not a lower-case word"}}},
+    "scores": {"type": "array", "uniqueItems": True,
+               "items": {"type": ["number", "null"], "minimum": 0, "maximum": 10}},
+    "seen": {"type": ["array", "null"], "items": {"type": ["string", "integer"],
+                                                  "format": "date-time"}},
+    "shipping": {"type": ["object", "null"], "properties": {
+        "steps": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Step"}}}},
+    "counts": {"type": ["object", "null"], "maxProperties": 2,
+               "additionalProperties": {"type": "integer", "minimum": 0}},
+}  # fmt: skip
+
+
+def with_members(document: dict[str, Any]) -> None:
+    document["properties"].update(copy.deepcopy(MEMBERS))
+    document["required"].append("scores")
+    document["$defs"] = {"Step": {"type": "integer", "minimum": 1}}
+
+
+def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
+    spark: SparkSession,
+) -> None:
+    contract = parse_contract(orders_with(with_members), "/contracts/orders.json", "orders", {})
+    placed = {"order_id": "o-1", "placed_at": "2024-05-01T00:00:00Z", "scores": [1, 2.5]}
+    records = [
+        ("valid", {**placed, "tags": ["a", "b"], "scores": [0, None, 9.5],
+                   "seen": ["2024-05-01T00:00:00+02:00", 0], "shipping": {"steps": [1, 2]}}),
+        ("empty-and-null", {**placed, "scores": [], "tags": None, "seen": []}),
+        ("not-an-array", {**placed, "tags": "a"}),
+        ("element-type", {**placed, "tags": ["a", 7, True]}),
+        ("null-element", {**placed, "tags": ["a", None]}),
+        ("pattern", {**placed, "tags": ["a", "b", "C"]}),
+        ("empty-string", {**placed, "tags": ["a", ""]}),
+        ("too-few", {**placed, "tags": []}),
+        ("too-many", {**placed, "tags": ["a", "b", "c", "d"]}),
+        ("repeat", {**placed, "tags": ["a", "b", "a"]}),
+        ("number-repeat", {**placed, "scores": [1, 0, 1.0]}),
+        ("zero-repeat", {**placed, "scores": [0, -0.0]}),
+        ("null-repeat", {**placed, "scores": [None, 2, None]}),
+        ("range", {**placed, "scores": [1, 11, -1]}),
+        ("date-time", {**placed, "seen": ["2024-05-01", 1]}),
+        ("nested", {**placed, "shipping": {"steps": [1, 0]}}),
+        ("nested-type", {**placed, "shipping": {"steps": [1.5]}}),
+        ("required", {k: v for k, v in placed.items() if k != "scores"}),
+        ("map", {**placed, "counts": {"b": 0, "a": 7}}),
+        ("map-not-object", {**placed, "counts": [1]}),
+        ("map-type", {**placed, "counts": {"a": 1, "b": "2"}}),
+        ("map-range", {**placed, "counts": {"a": -1}}),
+        ("map-size", {**placed, "counts": {"a": 1, "b": 2, "c": 3}}),
+    ]  # fmt: skip
+    frame = bronze_frame(spark, [(k, json.dumps(v)) for k, v in records], "orders")
+
+    rows = parse_records(contract, frame, 4096, None).collect()
+
+    columns = {c.name: c.dataType.simpleString() for c in contract.payload_columns()}
+    assert ("array<string>", "array<double>", "array<timestamp>", "array<bigint>") == (
+        columns["tags"],
+        columns["scores"],
+        columns["seen"],
+        columns["shipping_steps"],
+    )
+    assert "map<string,bigint>" == columns["counts"]
+    assert {
+        "valid": (None, None),
+        "empty-and-null": (None, None),
+        "not-an-array": ("type_mismatch", "tags: expected a JSON array, got string"),
+        "element-type": ("type_mismatch", "tags[1]: expected a JSON string, got integer"),
+        "null-element": ("type_mismatch", "tags[1]: expected a JSON string, got null"),
+        "pattern": ("invalid_value", "tags[2]: 'C' is not a lower-case word"),
+        "empty-string": ("invalid_value", "tags[1]: empty string"),
+        "too-few": ("out_of_range", "tags: 0 items is below 1"),
+        "too-many": ("out_of_range", "tags: 4 items exceeds 3"),
+        "repeat": ("invalid_value", "tags[2]: repeats tags[0] (uniqueItems)"),
+        "number-repeat": ("invalid_value", "scores[2]: repeats scores[0] (uniqueItems)"),
+        "zero-repeat": ("invalid_value", "scores[1]: repeats scores[0] (uniqueItems)"),
+        "null-repeat": ("invalid_value", "scores[2]: repeats scores[0] (uniqueItems)"),
+        "range": ("out_of_range", "scores[1]: 11.0 is outside 0..10"),
+        "date-time": ("type_mismatch", "seen[0]: not an ISO-8601 timestamp: '2024-05-01'"),
+        "nested": ("out_of_range", "shipping.steps[1]: 0 is below 1"),
+        "nested-type": ("type_mismatch", "shipping.steps[0]: expected a JSON integer, got number"),
+        "required": ("missing_field", "scores: required"),
+        "map": (None, None),
+        "map-not-object": ("type_mismatch", "counts: expected a JSON object, got array"),
+        "map-type": ("type_mismatch", "counts.b: expected a JSON integer, got string"),
+        "map-range": ("out_of_range", "counts.a: -1 is below 0"),
+        "map-size": ("out_of_range", "counts: 3 members exceeds 2"),
+    } == {r["key_text"]: (r["error_code"], r["error_detail"]) for r in rows}
+    # A JSON Schema validator's verdicts agree (but on date-time, a format it only notes).
+    validator = Draft202012Validator(contract.document)
+    assert {k: validator.is_valid(v) for k, v in records if k != "date-time"} == {
+        r["key_text"]: r["error_code"] is None for r in rows if r["key_text"] != "date-time"
+    }
+    valid = {r["key_text"]: r["record"] for r in rows if r["error_code"] is None}
+    assert (["a", "b"], [0.0, None, 9.5], [1, 2]) == (
+        valid["valid"]["tags"],
+        valid["valid"]["scores"],
+        valid["valid"]["shipping_steps"],
+    )
+    assert ["2024-04-30T22:00:00", "1970-01-01T00:00:00"] == [
+        t.isoformat() for t in valid["valid"]["seen"]
+    ]
+    assert {"a": 7, "b": 0} == valid["map"]["counts"]
+    assert (None, [], []) == (
+        valid["empty-and-null"]["tags"], valid["empty-and-null"]["scores"],
+        valid["empty-and-null"]["seen"],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (set_property("tags", {"type": "array"}),
+         "/properties/tags: an array declares its elements' schema (items)"),
+        (set_property("tags", {"type": "array", "items": {"type": "object"}}),
+         "/properties/tags/items/type: keyword 'type' is not supported by the engine: an"
+         " array's elements are scalars (or null), not objects: leave the property"
+         " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
+         " compiles)"),
+        (set_property("tags", {"type": "array", "items": {"type": "array",
+                                                          "items": {"type": "string"}}}),
+         "/properties/tags/items/type: keyword 'type' is not supported by the engine: an"
+         " array's elements are scalars (or null), not arrays: leave the property"
+         " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
+         " compiles)"),
+        (set_property("tags", {"type": ["array", "string"], "items": {"type": "string"}}),
+         "/properties/tags/type: keyword 'type' is not supported by the engine: an array or"
+         " null, not both (docs/contracts.md lists the keywords it compiles)"),
+        (set_property("tags", {"type": "array", "items": {"minLength": 1}}),
+         "/properties/tags/items: items declares its elements' type"),
+        (set_property("tags", {"type": "array", "items": {"type": "integer",
+                                                          "minLength": 1}}),
+         "/properties/tags/items/minLength: minLength applies to strings, and this property"
+         " is integer: it would never apply"),
+        (set_property("tags", {"type": "array", "minItems": 3, "maxItems": 2,
+                               "items": {"type": "string"}}),
+         "/properties/tags: minItems 3 is above maxItems 2: every value would be out of"
+         " range"),
+        (set_property("tags", {"type": "array", "items": {"type": "string"},
+                               "x-lakehouse": {"mismatch": "x"}}),
+         "/properties/tags/x-lakehouse: an array has no x-lakehouse block: its elements'"
+         " annotations go in its items"),
+        (set_property("tags", {"type": "array", "items": {"type": "string"},
+                               "contains": {"const": "a"}}),
+         "/properties/tags/contains: keyword 'contains' is not supported by the engine: an"
+         " array's elements share one schema (items) (docs/contracts.md lists the keywords"
+         " it compiles)"),
+        (set_property("amount", {"type": "number", "items": {"type": "string"}}),
+         "/properties/amount/items: keyword 'items' is not supported by the engine: items"
+         " types the elements of a property of type array (docs/contracts.md lists the"
+         " keywords it compiles)"),
+        (lambda d: (with_members(d), d.update(allOf=[{
+            "if": {"properties": {"tags": {"const": "a"}}}, "then": {"required": ["amount"]}}])),
+         "/allOf/0/if/properties/tags: 'tags' is an array: an if compares a field with"
+         " values, which no array is"),
+        (lambda d: (with_members(d), d.update(allOf=[{
+            "if": {"required": ["amount"]}, "then": {"properties": {"tags": {"maxItems": 1}}}}])),
+         "/allOf/0/then/properties/tags: 'tags' is an array: a then/else has no rules for"
+         " one"),
+        (set_property("counts", {"type": "object", "additionalProperties": {"type": "object"}}),
+         "/properties/counts/additionalProperties/type: keyword 'type' is not supported by the"
+         " engine: a map's values are scalars (or null), not objects: leave the property"
+         " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
+         " compiles)"),
+        (set_property("counts", {"type": "object", "properties": {"a": {"type": "integer"}},
+                                 "additionalProperties": {"type": "integer"}}),
+         "/properties/counts/additionalProperties: keyword 'additionalProperties' is not"
+         " supported by the engine: only true (unknown fields are kept in _rescued) or false"
+         " (refused) beside properties; a schema makes a map, an object property without"
+         " properties (docs/contracts.md lists the keywords it compiles)"),
+        (set_property("counts", {"type": "object", "x-lakehouse": {"mismatch": "x"},
+                                 "additionalProperties": {"type": "integer"}}),
+         "/properties/counts/x-lakehouse: a map has no x-lakehouse block: its values'"
+         " annotations go in its additionalProperties"),
+        (set_property("counts", {"type": "object", "minProperties": 2, "maxProperties": 1,
+                                 "additionalProperties": {"type": "integer"}}),
+         "/properties/counts: minProperties 2 is above maxProperties 1: every value would be"
+         " out of range"),
+        (lambda d: (with_members(d), d.update(allOf=[{
+            "if": {"properties": {"counts": {"const": 1}}}, "then": {"required": ["amount"]}}])),
+         "/allOf/0/if/properties/counts: 'counts' is a map: an if compares a field with"
+         " values, which no map is"),
+    ],
+    ids=["no-items", "objects", "arrays", "union", "untyped-items", "misplaced-keyword",
+         "min-above-max", "extension", "contains", "items-elsewhere", "if", "then",
+         "map-of-objects", "map-beside-properties", "map-extension", "map-min-above-max",
+         "map-if"],
+)  # fmt: skip
+def test_an_array_or_map_mistake_is_refused_with_one_line(edit: Edit, expected: str) -> None:
+    assert expected == refusal(orders_with(edit))
+
+
+def test_an_array_or_a_map_keeps_no_file_statistics() -> None:
+    for column, what in (("tags", "an array"), ("counts", "a map")):
+        document = orders_with(with_members, stats_columns=[column])
+
+        assert (
+            f"/x-lakehouse/stats_columns/0: {column!r} is {what}: Delta keeps no file"
+            " statistics of one"
+        ) == refusal(document)

@@ -31,7 +31,8 @@ SHIPPED_AT = datetime(2026, 11, 2, 3, 4, 5)
 
 def orders(*new_fields: str) -> dict[str, Any]:
     """An events contract; ``new_fields`` adds the fields producers already send: ``priority``
-    (1 to 5), ``shipped_at`` (a date-time) and ``meta`` (a free-form object)."""
+    (1 to 5), ``shipped_at`` (a date-time), ``meta`` (a free-form object) and ``tags`` (an
+    array of unique strings)."""
     properties: dict[str, Any] = {
         "order_id": {"type": "string", "minLength": 1},
         "placed_at": {"type": "string", "format": "date-time"},
@@ -41,6 +42,7 @@ def orders(*new_fields: str) -> dict[str, Any]:
         "priority": {"type": ["integer", "null"], "minimum": 1, "maximum": 5},
         "shipped_at": {"type": ["string", "null"], "format": "date-time"},
         "meta": {"type": ["object", "null"]},
+        "tags": {"type": ["array", "null"], "uniqueItems": True, "items": {"type": "string"}},
     }
     properties |= {name: known[name] for name in new_fields}
     return {
@@ -147,6 +149,28 @@ def test_a_rescued_object_becomes_a_free_form_columns_json_text(spark: SparkSess
         1: ('{"a":null,"b":[1.5]}', '{"coupon":"X"}', True),
         2: (None, '{"meta":"gift"}', False),
     } == {r.kafka_offset: (r.meta, r._rescued, r._promoted) for r in result.collect()}
+
+
+def test_a_rescued_array_becomes_an_array_column_where_its_elements_are_valid(
+    spark: SparkSession,
+) -> None:
+    v2 = contract(orders("tags"))
+    silver = spark.createDataFrame(
+        [
+            ("shop.orders", 0, 1, '{"tags":["gift","\\u00e9t\\u00e9"]}'),
+            ("shop.orders", 0, 2, '{"tags":["a",1]}'),  # an element not a string: stays
+            ("shop.orders", 0, 3, '{"tags":["a","a"]}'),  # not unique: stays
+        ],
+        "kafka_topic string, kafka_partition int, kafka_offset long, _rescued string",
+    ).withColumn("tags", F.lit(None).cast("array<string>"))
+
+    result = promoted_rows(silver, v2, promotable(v2, ["tags"]), list(COORDINATES))
+
+    assert {
+        1: (["gift", "été"], None, True),
+        2: (None, '{"tags":["a",1]}', False),
+        3: (None, '{"tags":["a","a"]}', False),
+    } == {r.kafka_offset: (r.tags, r._rescued, r._promoted) for r in result.collect()}
 
 
 # --- promotable ------------------------------------------------------------------------------
