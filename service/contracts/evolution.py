@@ -5,7 +5,8 @@ The table's columns (and the contract recorded with it, when there is one) are c
 with what the contract now declares:
 
 - compatible, applied at start: a new optional field (the table gains the column, null
-  for the rows already there), a required field made optional (its column accepts null
+  for the rows already there; inside an array's objects, after their other fields: the
+  objects gain it), a required field made optional (its column accepts null
   from then on), any change of a value rule (an enum, a range, a pattern, a length):
   rows already stored stay as they are, new records meet the new rule;
 - refused (`ContractChangeRefusedError`, exit 3): a field removed or renamed (silver holds
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, StructField, StructType
 
 from service.contracts.model import Contract, flatten
 
@@ -42,6 +43,8 @@ class Change:
     breaking: bool
     add_column: StructField | None = None
     drop_not_null: str | None = None
+    # New fields of the objects of the array column ``field``.
+    add_inside: tuple[StructField, ...] = ()
 
 
 def table_changes(
@@ -69,7 +72,10 @@ def table_changes(
                 changes.append(Change(name, "a new optional field", False, add_column=column))
             continue
         old = have[name]
-        if old.dataType != column.dataType:
+        added = _added_inside(old.dataType, column.dataType)
+        if added:
+            changes.append(_inside_change(contract, name, added))
+        elif old.dataType != column.dataType:
             changes.append(Change(name, _type_change(old.dataType, column.dataType), True))
         elif not old.nullable and column.nullable:
             changes.append(
@@ -99,6 +105,31 @@ def _required_columns(document: Mapping[str, Any]) -> set[str]:
         for f in fields
         if f.required and not f.nullable and not f.is_object and "." not in f.path
     }
+
+
+def _added_inside(old: DataType, new: DataType) -> tuple[StructField, ...]:
+    """The fields ``new`` adds after ``old``'s, where both are arrays of objects and ``new``
+    keeps every field of ``old`` in its place; none otherwise."""
+    if not (isinstance(old, ArrayType) and isinstance(new, ArrayType)):
+        return ()
+    before, after = old.elementType, new.elementType
+    if not (isinstance(before, StructType) and isinstance(after, StructType)):
+        return ()
+    kept = len(before.fields)
+    if len(after.fields) <= kept or after.fields[:kept] != before.fields:
+        return ()
+    return tuple(after.fields[kept:])
+
+
+def _inside_change(contract: Contract, column: str, added: tuple[StructField, ...]) -> Change:
+    [array] = [f for f in contract.leaves if f.column == column]
+    required = [p.column for p in array.item.properties if p.required]
+    names = ", ".join(f.name for f in added)
+    if any(f.name in required for f in added):
+        return Change(column, f"a new required field inside its objects ({names}): rows"
+                      " already stored lack it", True)  # fmt: skip
+    return Change(column, f"new optional fields inside its objects: {names}", False,
+                  add_inside=added)  # fmt: skip
 
 
 def _type_change(old: DataType, new: DataType) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
 # Delta refuses these in a column name (without column mapping); a dot would read as a
 # nested field's path.
 _COLUMN_NAME_REFUSED = set(" ,;{}()\n\t=.")
+# The names of an array's objects' properties (each a field of a struct column).
+_ITEM_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 # Seconds whose microseconds still fit a 64-bit integer (the engine compares microseconds).
 _MAX_SECONDS = 9_223_372_036_854
 _SECONDS = {"type": "integer", "minimum": 0, "maximum": _MAX_SECONDS}
@@ -563,6 +566,35 @@ _MEMBERS = {
 }  # fmt: skip
 
 
+def _check_item_object(
+    source: str, item: Mapping[str, Any], pointer: str, kinds: list[str]
+) -> None:
+    """An array's elements as objects (or null) of scalar properties."""
+    if set(kinds) - {"object", "null"}:
+        raise _unsupported(source, f"{pointer}/type", "type", "an object or null, not both")
+    if "x-lakehouse" in item:
+        raise _bad(source, f"{pointer}/x-lakehouse", "an array's objects have no x-lakehouse"
+                   " block: their properties' annotations go on each property")  # fmt: skip
+    _check_keywords(source, item, pointer, _OBJECT_KEYWORDS)
+    if "properties" not in item:
+        raise _bad(source, pointer, "an array's objects declare their properties (an array"
+                   " of free-form objects is not typed: leave the property undeclared, it is"
+                   " kept in _rescued)")  # fmt: skip
+    for name, prop in item["properties"].items():
+        at = _pointer(f"{pointer}/properties", [name])
+        if not _ITEM_PROPERTY_NAME.fullmatch(name):
+            raise _bad(source, at, f"{name!r} cannot name a field of an array's objects:"
+                       " letters, digits, _ and -, not first a digit or -")  # fmt: skip
+        types = prop.get("type") if isinstance(prop, dict) else None
+        prop_kinds = [types] if isinstance(types, str) else list(types or ())
+        for compound in ("object", "array"):
+            if compound in prop_kinds:
+                raise _unsupported(source, f"{at}/type", "type", f"an array's objects hold"
+                                   f" scalars (or null), not {compound}s: leave the property"
+                                   " undeclared, it is kept in _rescued")  # fmt: skip
+    _check_object(source, item, pointer)
+
+
 def _a(noun: str) -> str:
     """``noun`` with its indefinite article."""
     return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
@@ -588,15 +620,22 @@ def _check_members(
     if types is None:
         raise _bad(source, at, f"{keyword} declares {their} type")
     member_kinds = [types] if isinstance(types, str) else list(types)
-    for compound in ("object", "array"):
-        if compound in member_kinds:
-            raise _unsupported(source, f"{at}/type", "type", f"{_a(what)}'s {members} are"
-                               f" scalars (or null), not {compound}s: leave the property"
-                               " undeclared, it is kept in _rescued")  # fmt: skip
-    for member_kind in member_kinds:
-        if member_kind not in _TYPES:
-            raise _unsupported(source, f"{at}/type", "type", f"type {member_kind!r}")
-    _check_value(source, member, at, member_kinds, in_branch=False)
+    if what == "array" and "object" in member_kinds:
+        _check_item_object(source, member, at, member_kinds)
+        if "uniqueItems" in schema:
+            raise _unsupported(source, f"{pointer}/uniqueItems", "uniqueItems", "it compares"
+                               " scalars, and this array's elements are objects")  # fmt: skip
+    else:
+        for compound in ("object", "array"):
+            if compound in member_kinds:
+                raise _unsupported(source, f"{at}/type", "type", f"{_a(what)}'s {members} are"
+                                   f" scalars (or null){', or objects' if what == 'array' else ''},"
+                                   f" not {compound}s: leave the property undeclared, it is kept"
+                                   " in _rescued")  # fmt: skip
+        for member_kind in member_kinds:
+            if member_kind not in _TYPES:
+                raise _unsupported(source, f"{at}/type", "type", f"type {member_kind!r}")
+        _check_value(source, member, at, member_kinds, in_branch=False)
     low, high = schema.get(low_keyword), schema.get(high_keyword)
     if low is not None and high is not None and low > high:
         raise _bad(source, pointer, f"{low_keyword} {low} is above {high_keyword} {high}:"

@@ -27,6 +27,7 @@ from pyspark.sql.types import (
     MapType,
     StringType,
     StructField,
+    StructType,
     TimestampType,
 )
 
@@ -112,6 +113,17 @@ class Field:
                      required=False)  # fmt: skip
 
     @property
+    def properties(self) -> tuple[Field, ...]:
+        """A nested object's own properties, as fields (paths ``<path>.<name>``)."""
+        declared = self.schema.get("properties", {})
+        required = self.schema.get("required", ())
+        pointer = f"{self.pointer}/properties"
+        return tuple(
+            Field(f"{self.path}.{name}", name, schema, f"{pointer}/{name}", name in required)
+            for name, schema in declared.items()
+        )
+
+    @property
     def nullable(self) -> bool:
         """Whether JSON null is a valid value."""
         return "null" in self.types
@@ -129,6 +141,14 @@ class Field:
             return None
         if self.is_free_form:
             return StringType()
+        if self.is_array and self.item.is_object:
+            # An array of objects: a struct of their properties (all nullable: validation
+            # checks what is required).
+            columns = []
+            for p in self.item.properties:
+                assert p.data_type is not None
+                columns.append(StructField(p.column, p.data_type))
+            return ArrayType(StructType(columns), containsNull=True)
         if self.is_array:
             # Elements (a map's values) may hold null in the column whatever their schema
             # says (validation checks it): a column's element nullability could not change

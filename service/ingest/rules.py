@@ -505,6 +505,8 @@ def _member_rules(
     def details(member: Column) -> Column:
         rules = _value_rules(path(member), f.item.schema, field.item(member), today, "",
                              F.lit(True))  # fmt: skip
+        if f.item.is_object:
+            rules += _item_object_rules(f, field, member, path(member), today)
         codes.extend(r.code for r in rules)
         return F.struct(
             *[F.when(r.broken, r.detail).alias(f"d{k}") for k, r in enumerate(rules)],
@@ -518,6 +520,37 @@ def _member_rules(
     checked = F.transform(field.members(), details)
     firsts = [(code, first(f"d{k}")) for k, code in enumerate(codes)]
     return [Violation(code, detail.isNotNull(), detail) for code, detail in firsts]
+
+
+def _item_object_rules(
+    f: Field, field: JsonField, member: Column, at: Column, today: Column
+) -> list[Violation]:
+    """The rules of an array's object ``member`` (at ``at``): each property's ``required``
+    and own keywords, then its ``additionalProperties: false``."""
+    is_object = field.item(member).kind == "object"
+    rules = []
+    for p in f.item.properties:
+        value = field.item_property(member, p.column)
+        where = F.concat(at, F.lit(f".{p.column}"))
+        if p.required:
+            missing = value.kind.isNull() | ((value.kind == "null") & F.lit(not p.nullable))
+            rules.append(
+                Violation("missing_field", is_object & missing, _detail(where, "required"))
+            )
+        rules += _value_rules(where, p.schema, value, today, "", F.lit(True))
+    if f.item.schema.get("additionalProperties", True) is False:
+        known = [p.column for p in f.item.properties]
+        keys = F.map_keys(F.try_variant_get(field.item(member).raw, "$", "map<string,variant>"))
+        unknown = F.filter(keys, lambda k: ~k.isin(*known))
+        named = F.transform(unknown, lambda k: F.concat(at, F.lit("."), k))
+        rules.append(
+            Violation(
+                "invalid_value",
+                F.coalesce(F.size(unknown) > 0, F.lit(False)),
+                F.concat(F.array_join(named, ", "), F.lit(": not a property of the contract")),
+            )
+        )
+    return rules
 
 
 def _unique_items(f: Field, field: JsonField) -> Violation:

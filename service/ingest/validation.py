@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     StringType,
+    StructType,
     TimestampType,
 )
 
@@ -326,6 +327,9 @@ class JsonField:
     # A free-form object: its value is its JSON text (``data_type`` a string).
     json_text: bool = False
     element: Column | None = field(default=None, compare=False, hash=False)
+    # Which of the member's value and type it is: "" the member's own, "_<j>" its object's
+    # j-th property (an array of objects).
+    slot: str = ""
 
     @property
     def _suffix(self) -> str:
@@ -335,14 +339,14 @@ class JsonField:
     def raw(self) -> Column:
         """The field's VARIANT value (null when absent)."""
         if self.element is not None:
-            return self.element["value"]
+            return self.element["value" + self.slot]
         return F.col(f"_raw_{self._suffix}")
 
     @property
     def kind(self) -> Column:
         """The field's JSON type name (null when absent, ``null`` when JSON null)."""
         if self.element is not None:
-            return self.element["kind"]
+            return self.element["kind" + self.slot]
         return F.col(f"_type_{self._suffix}")
 
     @property
@@ -480,19 +484,32 @@ class JsonField:
 
     def _members(self) -> Column:
         # SQL text: built call by call, every rule on a member repeated each py4j call of
-        # the type's expression (seconds of planning for a few array fields).
-        array = f"`{self._staged('array')}`"
+        # the type's expression (seconds of planning for a few array fields). An array of
+        # objects' members hold each property's value and type too (``value_<j>``).
         if isinstance(self.data_type, ArrayType):
-            source, key, value = array, "CAST(i AS STRING)", "m"
+            source, key, value = f"`{self._staged('array')}`", "CAST(i AS STRING)", "m"
             lambda_args = "(m, i)"
         else:
             source, key, value = f"map_entries(`{self._staged('map')}`)", "m.key", "m.value"
             lambda_args = "m"
-        kind = _json_type_sql(value)
-        return F.expr(
-            f"transform({source}, {lambda_args} -> named_struct("
-            f"'key', {key}, 'value', {value}, 'kind', {kind}))"
+        values = [("", value)] + [
+            (f"_{j}", f"try_variant_get({value}, '$.{name}', 'variant')")
+            for j, name in enumerate(self._item_properties())
+        ]
+        read = ", ".join(f"'value{slot}', {sql}" for slot, sql in values)
+        typed = ", ".join(
+            f"'value{slot}', s.value{slot}, 'kind{slot}', {_json_type_sql(f's.value{slot}')}"
+            for slot, _ in values
         )
+        return F.expr(
+            f"transform(transform({source}, {lambda_args} -> named_struct('key', {key},"
+            f" {read})), s -> named_struct('key', s.key, {typed}))"
+        )
+
+    def _item_properties(self) -> list[str]:
+        """The property names of an array of objects' items (none for other members)."""
+        item = self.data_type.elementType if isinstance(self.data_type, ArrayType) else None
+        return [f.name for f in item.fields] if isinstance(item, StructType) else []
 
     def item(self, member: Column) -> JsonField:
         """A member (a lambda variable over `members`) of an array or a map as a field."""
@@ -501,11 +518,31 @@ class JsonField:
         assert isinstance(self.data_type, MapType)
         return JsonField(f"{self.name}.*", self.data_type.valueType, element=member)
 
+    def item_property(self, member: Column, name: str) -> JsonField:
+        """Property ``name`` of a member (an object) of an array of objects, as a field."""
+        assert isinstance(self.data_type, ArrayType)
+        item = self.data_type.elementType
+        assert isinstance(item, StructType)
+        j = item.fieldNames().index(name)
+        return JsonField(f"{self.name}[].{name}", item[name].dataType, element=member,
+                         slot=f"_{j}")  # fmt: skip
+
     def as_type(self, data_type: DataType) -> Column:
         """The value as ``data_type`` when it has the JSON type that stands for it (a
         free-form object's: its JSON text)."""
         if self.json_text:
             return self._value("json")
+        if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, StructType):
+            item = data_type.elementType
+
+            def record(m: Column) -> Column:
+                typed = [
+                    self.item_property(m, c.name).as_type(c.dataType).alias(c.name)
+                    for c in item.fields
+                ]
+                return F.when(self.item(m).kind == "object", F.struct(*typed))
+
+            return F.transform(self.members(), record)
         if isinstance(data_type, ArrayType):
             item_type = data_type.elementType
             return F.transform(self.members(), lambda m: self.item(m).as_type(item_type))

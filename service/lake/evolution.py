@@ -95,9 +95,17 @@ def apply_evolution(
             continue
         uri = plan.table.uri(storage_uri).replace("`", "``")
         fence()
-        added = [c.add_column for c in plan.changes if c.add_column is not None]
+        added = [
+            (f"`{c.add_column.name}`", c.add_column)
+            for c in plan.changes
+            if c.add_column is not None
+        ]
+        # A field of an array's objects is named through the array's "element".
+        added += [
+            (f"`{c.field}`.element.`{f.name}`", f) for c in plan.changes for f in c.add_inside
+        ]
         if added:
-            columns = ", ".join(f"`{c.name}` {c.dataType.simpleString()}" for c in added)
+            columns = ", ".join(f"{name} {c.dataType.simpleString()}" for name, c in added)
             spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS ({columns})")
         for change in plan.changes:
             if change.drop_not_null is not None:

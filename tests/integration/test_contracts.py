@@ -18,6 +18,7 @@ now accepts; a second driver applies nothing twice and fills the new column.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -58,8 +59,19 @@ ORDERS: dict[str, Any] = {
         "currency": {"type": ["string", "null"], "pattern": "^[A-Z]{3}$"},
         "coupon": {"type": ["string", "null"]},
         "ordered_at": {"$ref": "#/$defs/Instant", "description": "When the order was placed."},
+        "lines": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Line"}},
     },
-    "$defs": {"Instant": TIME},
+    "$defs": {
+        "Instant": TIME,
+        "Line": {
+            "type": "object",
+            "required": ["sku"],
+            "properties": {
+                "sku": {"type": "string", "minLength": 1},
+                "qty": {"type": "integer", "minimum": 1},
+            },
+        },
+    },
     "dependentRequired": {"coupon": ["currency"]},
     "x-lakehouse": {
         "name": "orders",
@@ -72,9 +84,11 @@ ORDERS: dict[str, Any] = {
         "version": 1,
     },
 }
-# What producers already send: priority (in _rescued until the contract names it), and a
-# status the contract does not know yet. Its time is written out where version 1 named a
-# definition: the same meaning, no change.
+# What producers already send: priority (in _rescued until the contract names it), a
+# status the contract does not know yet, and a gift flag on order lines. Its time and its
+# lines are written out where version 1 named definitions: the same meaning, no change.
+LINE_V2 = copy.deepcopy(ORDERS["$defs"]["Line"])
+LINE_V2["properties"]["gift"] = {"type": ["boolean", "null"]}
 ORDERS_V2: dict[str, Any] = {
     **{key: value for key, value in ORDERS.items() if key != "$defs"},
     "properties": {
@@ -82,6 +96,7 @@ ORDERS_V2: dict[str, Any] = {
         "status": {"type": "string", "enum": ["placed", "paid", "shipped", "refunded"]},
         "priority": {"type": ["string", "null"], "enum": ["low", "high", None]},
         "ordered_at": {**TIME, "description": "When the order was placed."},
+        "lines": {"type": ["array", "null"], "items": LINE_V2},
     },
     "x-lakehouse": {**ORDERS["x-lakehouse"], "version": 2},
 }
@@ -161,6 +176,8 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
             extra = {"priority": "urgent"}  # not a priority v2 knows: stays in _rescued
         if i == 12:
             extra = {"coupon": "WELCOME"}  # with its currency: dependentRequired holds
+        if i == 13:
+            extra = {"lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-7"}]}
         corpus.append((f"o-{i}", json.dumps(order(i, **extra)).encode(), None))
     for name, document, code in (
         ("refunded", order(40, status="refunded"), "invalid_value"),
@@ -178,6 +195,7 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
         ),
         ("lower-case currency", order(44, currency="eur"), "invalid_value"),
         ("text customer", order(45, customer_id="7"), "type_mismatch"),
+        ("line without sku", order(46, lines=[{"sku": "A-1"}, {"qty": 1}]), "missing_field"),
     ):
         corpus.append((name, json.dumps(document).encode(), code))
     corpus.append(("truncated", json.dumps(order(46))[:25].encode(), "malformed_json"))
@@ -447,7 +465,19 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
         produce(
             lake.bootstrap_servers,
             orders_topic,
-            [(b"c", json.dumps(order(50, priority="high", status="refunded")).encode())],
+            [
+                (
+                    b"c",
+                    json.dumps(
+                        order(
+                            50,
+                            priority="high",
+                            status="refunded",
+                            lines=[{"sku": "C-3", "gift": True}],
+                        )
+                    ).encode(),
+                )
+            ],
         )
         wait_until(
             lambda: count(spark, lake, "silver/orders") == VALID_ORDERS + 2, 180, "o-50 in silver"
@@ -461,8 +491,12 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     ends = end_offsets(lake.bootstrap_servers, orders_topic)
     assert total_orders + 1 == sum(ends.values())
     assert ends == group_offsets(lake.bootstrap_servers, lake.consumer_group, orders_topic, ends)
-    assert [r.priority for r in rows(spark, lake, "silver/orders") if r.order_id == "o-50"] == [
-        "high"
+    after = {r.order_id: r for r in rows(spark, lake, "silver/orders")}
+    assert after["o-50"].priority == "high"
+    # The objects of lines gained gift in place: the rows before have it null.
+    assert [("C-3", None, True)] == [(x.sku, x.qty, x.gift) for x in after["o-50"].lines]
+    assert [("A-1", 2, None), ("B-7", None, None)] == [
+        (x.sku, x.qty, x.gift) for x in after["o-13"].lines
     ]
     reconciled = lake.cli("reconcile", "--json", **env)
     assert reconciled.code == 0, reconciled.out[-3000:] + reconciled.err[-3000:]

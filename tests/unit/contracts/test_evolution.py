@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     IntegerType,
     LongType,
     StringType,
@@ -286,6 +287,39 @@ def test_an_array_is_a_new_column_its_elements_rules_apply_and_its_items_type_is
     )
 
 
+GIFT = {"type": ["boolean", "null"]}
+
+
+def lines(**item: Any) -> dict[str, Any]:
+    """An array of order lines: objects with a required ``sku`` (``item`` added to theirs)."""
+    properties = {"sku": {"type": "string"}, **item}
+    return {"type": ["array", "null"],
+            "items": {"type": "object", "required": ["sku"], "properties": properties}}  # fmt: skip
+
+
+def test_a_field_added_inside_an_arrays_objects_after_the_others_is_compatible() -> None:
+    before = edited(orders(), add("lines", lines()))
+
+    def with_item(**item: Any) -> Edit:
+        return lambda d: d["properties"].update(lines=lines(**item))
+
+    changes, why = compare(before, edited(before, with_item(gift=GIFT)))
+    added = (StructField("gift", BooleanType(), True),)
+    assert ([
+        Change("lines", "new optional fields inside its objects: gift", False, add_inside=added),
+        Change("lines", "value rules changed (applied to new records)", False),
+    ], None) == (changes, why)  # fmt: skip
+    required = edited(before, with_item(gift=GIFT), lambda d: d["properties"]["lines"][
+        "items"]["required"].append("gift"))  # fmt: skip
+    assert refused("orders", "lines: a new required field inside its objects (gift): rows"
+                   " already stored lack it") == compare(before, required)[1]  # fmt: skip
+    # Before sku: the column's objects keep their fields' order, so it is a type change.
+    first = edited(before, lambda d: d["properties"].update(lines={**lines(), "items": {
+        **lines()["items"], "properties": {"gift": GIFT, "sku": {"type": "string"}}}}))  # fmt: skip
+    retyped = "array<struct<sku:string>> to array<struct<gift:boolean,sku:string>>"
+    assert refused("orders", f"lines: type changed from {retyped}") == compare(before, first)[1]
+
+
 def test_framing_turned_on_adds_the_schema_id_column_and_turned_off_is_refused() -> None:
     plain = orders()
     framed = edited(plain, lambda d: d["x-lakehouse"].update(framing="confluent"))
@@ -448,12 +482,14 @@ def test_compatible_changes_are_applied_to_the_silver_table_and_recorded_once(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = Settings(storage_root=str(tmp_path))
-    v1 = contract(orders())
+    v1_document = edited(orders(), add("lines", lines()))
+    v1 = contract(v1_document)
     v2_document = edited(
-        orders(),
+        v1_document,
         add("note", {"type": ["string", "null"], "maxLength": 100}),
         lambda d: d["required"].remove("currency"),
         lambda d: d["x-lakehouse"].update(version=2),
+        lambda d: d["properties"]["lines"]["items"]["properties"].update(gift=GIFT),
     )
     v2 = contract(v2_document)
     table = contract_tables(v1).silver
@@ -465,6 +501,8 @@ def test_compatible_changes_are_applied_to_the_silver_table_and_recorded_once(
     assert [
         Change("currency", "made optional: accepts null from now on", False,
                drop_not_null="currency"),
+        Change("lines", "new optional fields inside its objects: gift", False,
+               add_inside=(StructField("gift", BooleanType(), True),)),
         Change("note", "a new optional field", False,
                add_column=StructField("note", StringType(), True)),
     ] == first.changes  # fmt: skip
@@ -477,6 +515,7 @@ def test_compatible_changes_are_applied_to_the_silver_table_and_recorded_once(
     assert ["fence"] == fenced
     assert StructField("note", StringType(), True) == schema["note"]
     assert StructField("currency", StringType(), True) == schema["currency"]
+    assert "array<struct<sku:string,gift:boolean>>" == schema["lines"].dataType.simpleString()
     assert schema.fieldNames()[-1] == "note"  # added at the end, existing columns unmoved
     assert (v2.fingerprint, "2") == (properties[FINGERPRINT_PROPERTY], properties[VERSION_PROPERTY])
     assert v2_document == json.loads(base64.b64decode(properties[DOCUMENT_PROPERTY]))

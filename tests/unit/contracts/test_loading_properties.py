@@ -3,7 +3,7 @@ whose silver tables build with unique column names, or refused with one
 `ContractError` line (exit 2), whatever it holds; no other outcome.
 
 The documents are the shipped contracts, a third one and a fourth made of shared
-definitions with a free-form object and arrays, mutated: a value anywhere
+definitions with a free-form object, arrays (of objects too) and a map, mutated: a value anywhere
 replaced, a key removed, or a key added (JSON Schema keywords, extension keys and the
 contracts' own names are drawn more often than random text, so that most documents get
 past the meta-schema and reach the extension block's checks).
@@ -40,8 +40,11 @@ DEFINED["properties"] = {
     "note": {"$ref": "#/$defs/Text"},
     "attributes": {"type": ["object", "null"]},
     "tags": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Text"}, "uniqueItems": True},
-    "lines": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}},
-}
+    "counts": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}},
+    "lines": {"type": ["array", "null"], "items": {"type": "object", "required": ["sku"],
+              "properties": {"sku": {"$ref": "#/$defs/Text"}, "qty": {"type": "integer"}}}},
+    "ports": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
+}  # fmt: skip
 SEEDS = (shipped("users"), shipped("sensors"), orders(event_time="placed_at"), DEFINED)
 # Words a contract is made of: keywords, extension keys and values, the seeds' names.
 WORDS = sorted(
@@ -58,7 +61,7 @@ WORDS = sorted(
         *(name for seed in SEEDS for name in seed["properties"]),
         "geolocation.city", "$ref", "$defs", "#/$defs/Money", "#/$defs/Place", "#/$defs/Text",
         "Money", "Place", "Text", "oneOf", "anyOf", "array", "items", "minItems", "maxItems",
-        "uniqueItems",
+        "uniqueItems", "minProperties", "maxProperties", "sku", "qty",
     }
 )  # fmt: skip
 SCALARS = (

@@ -721,6 +721,10 @@ MEMBERS: dict[str, Any] = {
         "steps": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Step"}}}},
     "counts": {"type": ["object", "null"], "maxProperties": 2,
                "additionalProperties": {"type": "integer", "minimum": 0}},
+    "lines": {"type": ["array", "null"], "maxItems": 3, "items": {
+        "type": "object", "required": ["sku"], "additionalProperties": False, "properties": {
+            "sku": {"type": "string", "pattern": "^[A-Z]-[0-9]+$"},
+            "qty": {"type": ["integer", "null"], "minimum": 1}}}},
 }  # fmt: skip
 
 
@@ -760,6 +764,11 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         ("map-type", {**placed, "counts": {"a": 1, "b": "2"}}),
         ("map-range", {**placed, "counts": {"a": -1}}),
         ("map-size", {**placed, "counts": {"a": 1, "b": 2, "c": 3}}),
+        ("lines", {**placed, "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-2", "qty": None}]}),
+        ("line-required", {**placed, "lines": [{"sku": "A-1"}, {"qty": 1}]}),
+        ("line-type", {**placed, "lines": [{"sku": "A-1"}, "B-2"]}),
+        ("line-value", {**placed, "lines": [{"sku": "A-1", "qty": 0}]}),
+        ("line-unknown", {**placed, "lines": [{"sku": "A-1", "gift": True, "note": "x"}]}),
     ]  # fmt: skip
     frame = bronze_frame(spark, [(k, json.dumps(v)) for k, v in records], "orders")
 
@@ -773,6 +782,7 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         columns["shipping_steps"],
     )
     assert "map<string,bigint>" == columns["counts"]
+    assert "array<struct<sku:string,qty:bigint>>" == columns["lines"]
     assert {
         "valid": (None, None),
         "empty-and-null": (None, None),
@@ -797,6 +807,14 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         "map-type": ("type_mismatch", "counts.b: expected a JSON integer, got string"),
         "map-range": ("out_of_range", "counts.a: -1 is below 0"),
         "map-size": ("out_of_range", "counts: 3 members exceeds 2"),
+        "lines": (None, None),
+        "line-required": ("missing_field", "lines[1].sku: required"),
+        "line-type": ("type_mismatch", "lines[1]: expected a JSON object, got string"),
+        "line-value": ("out_of_range", "lines[0].qty: 0 is below 1"),
+        "line-unknown": (
+            "invalid_value",
+            "lines[0].gift, lines[0].note: not a property of the contract",
+        ),
     } == {r["key_text"]: (r["error_code"], r["error_detail"]) for r in rows}
     # A JSON Schema validator's verdicts agree (but on date-time, a format it only notes).
     validator = Draft202012Validator(contract.document)
@@ -813,6 +831,7 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         t.isoformat() for t in valid["valid"]["seen"]
     ]
     assert {"a": 7, "b": 0} == valid["map"]["counts"]
+    assert [("A-1", 2), ("B-2", None)] == [(r.sku, r.qty) for r in valid["lines"]["lines"]]
     assert (None, [], []) == (
         valid["empty-and-null"]["tags"], valid["empty-and-null"]["scores"],
         valid["empty-and-null"]["seen"],
@@ -825,16 +844,34 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         (set_property("tags", {"type": "array"}),
          "/properties/tags: an array declares its elements' schema (items)"),
         (set_property("tags", {"type": "array", "items": {"type": "object"}}),
-         "/properties/tags/items/type: keyword 'type' is not supported by the engine: an"
-         " array's elements are scalars (or null), not objects: leave the property"
-         " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
-         " compiles)"),
+         "/properties/tags/items: an array's objects declare their properties (an array of"
+         " free-form objects is not typed: leave the property undeclared, it is kept in"
+         " _rescued)"),
         (set_property("tags", {"type": "array", "items": {"type": "array",
                                                           "items": {"type": "string"}}}),
          "/properties/tags/items/type: keyword 'type' is not supported by the engine: an"
-         " array's elements are scalars (or null), not arrays: leave the property"
+         " array's elements are scalars (or null), or objects, not arrays: leave the property"
          " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
          " compiles)"),
+        (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "object", "properties": {}}}}}),
+         "/properties/lines/items/properties/sku/type: keyword 'type' is not supported by the"
+         " engine: an array's objects hold scalars (or null), not objects: leave the property"
+         " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
+         " compiles)"),
+        (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
+            "sku code": {"type": "string"}}}}),
+         "/properties/lines/items/properties/sku code: 'sku code' cannot name a field of an"
+         " array's objects: letters, digits, _ and -, not first a digit or -"),
+        (set_property("lines", {"type": "array", "uniqueItems": True, "items": {
+            "type": "object", "properties": {"sku": {"type": "string"}}}}),
+         "/properties/lines/uniqueItems: keyword 'uniqueItems' is not supported by the"
+         " engine: it compares scalars, and this array's elements are objects"
+         " (docs/contracts.md lists the keywords it compiles)"),
+        (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}}, "required": ["qty"]}}),
+         "/properties/lines/items/required/0: 'qty' is required but not a property (declare"
+         " it under properties)"),
         (set_property("tags", {"type": ["array", "string"], "items": {"type": "string"}}),
          "/properties/tags/type: keyword 'type' is not supported by the engine: an array or"
          " null, not both (docs/contracts.md lists the keywords it compiles)"),
@@ -893,7 +930,8 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
          "/allOf/0/if/properties/counts: 'counts' is a map: an if compares a field with"
          " values, which no map is"),
     ],
-    ids=["no-items", "objects", "arrays", "union", "untyped-items", "misplaced-keyword",
+    ids=["no-items", "free-form-objects", "arrays", "object-in-object", "item-name",
+         "unique-objects", "item-required", "union", "untyped-items", "misplaced-keyword",
          "min-above-max", "extension", "contains", "items-elsewhere", "if", "then",
          "map-of-objects", "map-beside-properties", "map-extension", "map-min-above-max",
          "map-if"],

@@ -9,7 +9,8 @@ other JSON types, nulls, nested objects and arrays, repeats, and sizes on both s
 the bounds. It avoids what docs/contracts.md ("Differences from JSON Schema") says the
 product decides otherwise and `test_contract_differential` covers: integers written with a
 fraction (``-0.0`` among integers), integers beyond 64 bits, and strings a ``date-time``
-only notes (the validator asserts no format).
+only notes (the validator asserts no format). An array of objects (required, unknown and
+mistyped properties, null elements) is among them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ MEMBERS: dict[str, Any] = {
                                                        "exclusiveMinimum": 0}}}},
     "counts": {"type": ["object", "null"], "minProperties": 1, "maxProperties": 2,
                "additionalProperties": {"type": ["integer", "null"], "enum": [1, 2, 3, None]}},
+    "lines": {"type": ["array", "null"], "minItems": 1, "items": {
+        "type": ["object", "null"], "required": ["sku"], "additionalProperties": False,
+        "properties": {"sku": {"type": "string", "pattern": "^[A-Z]-[0-9]$"},
+                       "qty": {"type": ["integer", "null"], "minimum": 1},
+                       "gift": {"type": "boolean"}}}},
 }  # fmt: skip
 PLACED = {"order_id": "o-1", "placed_at": "2024-05-01T00:00:00Z"}
 
@@ -90,6 +96,11 @@ def member_value(rng: random.Random, name: str) -> Any:
                             1714521600000], [], others)  # fmt: skip
     if name == "shipping":
         return {"steps": listed(rng, [1, 2, 3], [0, -2, 1.5, "1"])}
+    if name == "lines":
+        right = [{"sku": "A-1"}, {"sku": "B-2", "qty": 3}, {"sku": "C-3", "gift": True}, None]
+        wrong = [{"sku": "a-1"}, {"qty": 2}, {"sku": "A-1", "qty": 0}, {"sku": "A-1", "x": 1},
+                 {"sku": "A-1", "gift": None}, {"sku": 1}, "A-1"]  # fmt: skip
+        return listed(rng, right, wrong)
     if rng.random() < 0.6:
         return {k: rng.choice([1, 2, 3, None]) for k in rng.sample("abcd", rng.randint(1, 2))}
     keys = rng.sample("abcd", rng.randint(0, 3))
