@@ -23,7 +23,12 @@ from pyspark.sql.types import StringType
 
 from service.contracts.model import Contract
 from service.ingest.entities_merge import merge_clauses
-from service.ingest.rules import contract_violations, typed_record, used_fields
+from service.ingest.rules import (
+    contract_violations,
+    json_fields,
+    typed_record,
+    with_member_checks,
+)
 from service.ingest.validation import (
     SCHEMA_ID_COLUMN,
     Violation,
@@ -230,18 +235,19 @@ def parse_records(
         if contract.max_future_seconds is not None
         else max_future_seconds
     )
+    today = today if today is not None else F.current_date()
+    fields = json_fields(contract)
     staged = stage_fields(
-        with_parsed_payload(bronze, max_payload_bytes, contract.framing), used_fields(contract)
+        with_parsed_payload(bronze, max_payload_bytes, contract.framing), fields.values()
     )
+    staged = with_member_checks(staged, contract.fields, fields, today)
     tombstone = mode.tombstone()
     checked = with_error(
         staged,
         [
             *payload_violations(max_payload_bytes, tombstone, contract.framing),
             *mode.key_violations(),
-            *contract_violations(
-                contract, ~tombstone, today if today is not None else F.current_date(), skew
-            ),
+            *contract_violations(contract, ~tombstone, today, skew),
         ],
         [*bronze.columns, mode.record().alias("record")],
     )

@@ -25,7 +25,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from service.contracts.model import Branch, Condition, Contract, Field
@@ -64,7 +64,8 @@ def contract_violations(
     contract: Contract, applies: Column, today: Column, max_future_seconds: int | None
 ) -> list[Violation]:
     """Every rule of ``contract``, in field order; each broken only where ``applies`` (an
-    entity's tombstone has no payload to check)."""
+    entity's tombstone has no payload to check). They read the columns `stage_fields` and
+    `with_member_checks` add."""
     staged = json_fields(contract)
     rules: list[Violation] = []
     for f in contract.fields:
@@ -456,22 +457,14 @@ def _array_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
     rules = _size_rules(f, field.as_array(), "minItems", "maxItems", "items")
     if f.schema.get("uniqueItems") is True:
         rules.append(_unique_items(f, field))
-
-    def path(member: Column) -> Column:
-        return F.concat(F.lit(f"{f.path}["), member["key"], F.lit("]"))
-
-    return rules + _member_rules(f, field, path, today)
+    return rules + _member_rules(f, field, today)
 
 
 def _map_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
     """A map's ``minProperties`` and ``maxProperties``, then the rules of its values'
     schema, each naming the first member that breaks it (``counts.north``)."""
     rules = _size_rules(f, field.as_map(), "minProperties", "maxProperties", "members")
-
-    def path(member: Column) -> Column:
-        return F.concat(F.lit(f"{f.path}."), member["key"])
-
-    return rules + _member_rules(f, field, path, today)
+    return rules + _member_rules(f, field, today)
 
 
 def _size_rules(
@@ -492,34 +485,70 @@ def _size_rules(
     return rules
 
 
-def _member_rules(
-    f: Field, field: JsonField, path: Callable[[Column], Column], today: Column
-) -> list[Violation]:
+def _member_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
     """Each rule of ``f.item``'s schema, broken where a member of the array or map ``field``
-    breaks it (``path`` names a member), its detail that of the first such member.
+    breaks it, its detail that of the first such member: read from the member checks
+    `with_member_checks` staged."""
+    checks = F.col(_checks_column(f))
 
-    The rules are built once, for a lambda variable: each member's details (null where a
-    rule holds) in one struct, from which each rule takes its first non-null detail."""
-    codes: list[str] = []
+    def first(key: str) -> Column:
+        broken = F.filter(checks, lambda c: c[key].isNotNull())
+        return F.try_element_at(broken, F.lit(1))[key]
+
+    # The rules' codes, read from rules built for a member that is no column.
+    placeholder = F.lit(None)
+    codes = [r.code for r in _member_checks(f, field, placeholder, F.lit(""), today)]
+    firsts = [(code, first(f"d{k}")) for k, code in enumerate(codes)]
+    return [Violation(code, detail.isNotNull(), detail) for code, detail in firsts]
+
+
+def with_member_checks(
+    records: DataFrame, fields: Iterable[Field], staged: Mapping[str, JsonField], today: Column
+) -> DataFrame:
+    """``records`` (staged by `stage_fields`) with, for each array or map of ``fields``,
+    its members' details: one struct per member, each rule's detail where the member breaks
+    it, else null. Each rule is evaluated once per member here, whatever reads it."""
+    columns = [
+        F.transform(staged[f.path].members(), _details(f, staged[f.path], today)).alias(
+            _checks_column(f)
+        )
+        for f in fields
+        if f.is_array or f.is_map
+    ]
+    return records.select("*", *columns) if columns else records
+
+
+def _details(f: Field, field: JsonField, today: Column) -> Callable[[Column], Column]:
+    """A member's details (a struct of one per rule, null where it holds) as a function of
+    the member, a lambda variable: its path ``tags[2]`` or ``counts.north``."""
 
     def details(member: Column) -> Column:
-        rules = _value_rules(path(member), f.item.schema, field.item(member), today, "",
-                             F.lit(True))  # fmt: skip
-        if f.item.is_object:
-            rules += _item_object_rules(f, field, member, path(member), today)
-        codes.extend(r.code for r in rules)
+        path = (
+            F.concat(F.lit(f"{f.path}["), member["key"], F.lit("]"))
+            if f.is_array
+            else F.concat(F.lit(f"{f.path}."), member["key"])
+        )
+        rules = _member_checks(f, field, member, path, today)
         return F.struct(
             *[F.when(r.broken, r.detail).alias(f"d{k}") for k, r in enumerate(rules)],
             F.lit(True).alias("member"),  # a struct of no rule still has a field
         )
 
-    def first(key: str) -> Column:
-        broken = F.filter(checked, lambda c: c[key].isNotNull())
-        return F.try_element_at(broken, F.lit(1))[key]
+    return details
 
-    checked = F.transform(field.members(), details)
-    firsts = [(code, first(f"d{k}")) for k, code in enumerate(codes)]
-    return [Violation(code, detail.isNotNull(), detail) for code, detail in firsts]
+
+def _checks_column(f: Field) -> str:
+    return "_checks_" + f.path.replace(".", "__")
+
+
+def _member_checks(
+    f: Field, field: JsonField, member: Column, path: Column, today: Column
+) -> list[Violation]:
+    """The rules of ``f.item``'s schema on ``member`` (at ``path``), in order."""
+    rules = _value_rules(path, f.item.schema, field.item(member), today, "", F.lit(True))
+    if f.item.is_object:
+        rules += _item_object_rules(f, field, member, path, today)
+    return rules
 
 
 def _item_object_rules(
@@ -591,11 +620,6 @@ def typed_record(contract: Contract) -> dict[str, Column]:
         column.name: staged[f.path].as_type(column.dataType).alias(column.name)
         for f, column in zip(contract.leaves, contract.payload_columns(), strict=True)
     }
-
-
-def used_fields(contract: Contract) -> Iterable[JsonField]:
-    """Every staged field (`service.ingest.validation.stage_fields`)."""
-    return json_fields(contract).values()
 
 
 def java_pattern(pattern: str) -> str:

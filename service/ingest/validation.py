@@ -357,8 +357,8 @@ class JsonField:
     @property
     def readers(self) -> tuple[str, ...]:
         """The typed readings staged for this field."""
-        if self.element is not None:
-            return ()
+        if self.element is not None:  # read once per member (`members`)
+            return _READERS.get(self.data_type, ()) if self.data_type is not None else ()
         if self.json_text:
             return ("json",)
         if isinstance(self.data_type, ArrayType):
@@ -392,7 +392,11 @@ class JsonField:
         return f"_{reader}_{self._suffix}"
 
     def _value(self, reader: str) -> Column:
-        return F.col(self._staged(reader)) if reader in self.readers else self._read(reader)
+        if reader not in self.readers:
+            return self._read(reader)
+        if self.element is not None:
+            return self.element[reader + self.slot]
+        return F.col(self._staged(reader))
 
     def _read(self, reader: str) -> Column:
         if reader == "string":
@@ -496,15 +500,59 @@ class JsonField:
             (f"_{j}", f"try_variant_get({value}, '$.{name}', 'variant')")
             for j, name in enumerate(self._item_properties())
         ]
-        read = ", ".join(f"'value{slot}', {sql}" for slot, sql in values)
-        typed = ", ".join(
-            f"'value{slot}', s.value{slot}, 'kind{slot}', {_json_type_sql(f's.value{slot}')}"
+        read = ", ".join(
+            f"'value{slot}', r.v{slot}, 'schema{slot}', schema_of_variant(r.v{slot})"
             for slot, _ in values
         )
-        return F.expr(
-            f"transform(transform({source}, {lambda_args} -> named_struct('key', {key},"
-            f" {read})), s -> named_struct('key', s.key, {typed}))"
+        typed = ", ".join(
+            f"'value{slot}', s.value{slot},"
+            f" 'kind{slot}', {_json_type_sql(f's.value{slot}', f's.schema{slot}')}"
+            for slot, _ in values
         )
+        # Passes, each reading the one before: the values, their schemas, their types, then
+        # the typed readings of each (as a staged field's, once per member).
+        values_sql = ", ".join(f"'v{slot}', {sql}" for slot, sql in values)
+        kinds = F.expr(
+            f"transform(transform(transform({source}, {lambda_args} -> named_struct('key', {key},"
+            f" {values_sql})), r -> named_struct('key', r.key, {read})),"
+            f" s -> named_struct('key', s.key, {typed}))"
+        )
+        direct = F.transform(kinds, lambda m: self._with_readings(m, (), _DIRECT_READERS))
+        return F.transform(
+            direct, lambda m: self._with_readings(m, _DIRECT_READERS, _DERIVED_READERS)
+        )
+
+    def _with_readings(
+        self, member: Column, staged: Sequence[str], readers: Sequence[str]
+    ) -> Column:
+        """A member (its key, values, types and the ``staged`` readings) with the typed
+        ``readers`` of each of its values."""
+        kept = [member["key"].alias("key")]
+        added = []
+        for slot, data_type in self._member_types():
+            have = [r for r in _READERS.get(data_type, ()) if r in staged]
+            kept += [member[c + slot].alias(c + slot) for c in ("value", "kind", *have)]
+            probe = JsonField(self.name, data_type, element=member, slot=slot)
+            added += [
+                probe._read(r).alias(r + slot) for r in _READERS.get(data_type, ()) if r in readers
+            ]
+        return F.struct(*kept, *added)
+
+    def _member_types(self) -> list[tuple[str, DataType]]:
+        """(slot, type) of a member's values: its own, and its object's properties'."""
+        item = (
+            self.data_type.elementType
+            if isinstance(self.data_type, ArrayType)
+            else self.data_type.valueType
+            if isinstance(self.data_type, MapType)
+            else None
+        )
+        if item is None:
+            return []
+        own = [("", item)]
+        if isinstance(item, StructType):
+            return own + [(f"_{j}", f.dataType) for j, f in enumerate(item.fields)]
+        return own
 
     def _item_properties(self) -> list[str]:
         """The property names of an array of objects' items (none for other members)."""

@@ -32,7 +32,7 @@ from service.config import Settings
 from service.contracts.model import Contract, Field
 from service.errors import ConfigError
 from service.ingest.entities_merge import merge_entities_once
-from service.ingest.rules import json_field, own_rules
+from service.ingest.rules import json_field, own_rules, with_member_checks
 from service.ingest.validation import json_object, stage_fields
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
@@ -103,9 +103,11 @@ def promoted_rows(
         "_json", F.try_parse_json(F.concat(F.lit("["), F.col(RESCUED.name), F.lit("]")))
     )
     staged_fields = {f.path: json_field(f) for f in fields}
-    staged = stage_fields(parsed, staged_fields.values())
-    staged = staged.where(_any([f.kind.isNotNull() for f in staged_fields.values()]))
     today = F.current_date()
+    staged = with_member_checks(
+        stage_fields(parsed, staged_fields.values()), fields, staged_fields, today
+    )
+    staged = staged.where(_any([f.kind.isNotNull() for f in staged_fields.values()]))
     values: dict[str, Column] = {}
     good: dict[str, Column] = {}
     for f in fields:
