@@ -116,6 +116,7 @@ DEVICES: dict[str, Any] = {
             "uniqueItems": True,
             "items": {"type": "integer", "minimum": 1},
         },
+        "calibration": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
         "updated_at": TIME,
     },
     "$defs": {
@@ -204,8 +205,9 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
 
 def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
     """(key, value, code): d-1 updated twice (the newer one sent first), d-2 deleted, d-3
-    with a location, free-form labels and ports, framed by a schema registry serializer, d-4's
-    firmware broken, d-5's rack, d-6's ports repeating one, a tombstone without a key."""
+    with a location, free-form labels, ports and a calibration map, framed by a schema
+    registry serializer, d-4's firmware broken, d-5's rack, d-6's ports repeating one, a
+    tombstone without a key."""
 
     def device(device_id: str, minute: int, **fields: Any) -> bytes:
         body = {"device_id": device_id, "updated_at": at(minute), "model": "t-1000", **fields}
@@ -227,6 +229,7 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
                 location={"site": "ams", "rack": 4},
                 labels={"tier": "gold", "ports": [1, 2]},
                 ports=[8080, 443],
+                calibration={"gain": 1.5, "offset": -2},
             ),
             None,
         ),
@@ -375,6 +378,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert devices_now["d-3"].labels == '{"ports":[1,2],"tier":"gold"}'
     assert devices_now["d-1"].labels is None
     assert (devices_now["d-3"].ports, devices_now["d-1"].ports) == ([8080, 443], None)
+    assert devices_now["d-3"].calibration == {"gain": 1.5, "offset": -2.0}
     assert (devices_now["d-3"]._schema_id, devices_now["d-1"]._schema_id) == (7, None)
 
     # 2. The operator's verbs know the new topics from the contracts alone.
