@@ -12,11 +12,15 @@ code; docs/contracts.md has the table):
   milliseconds outside years 1-9999 are ``out_of_range``;
 - ``enum``, ``const``, ``pattern``, ``minLength: 1`` (non-empty), ``additionalProperties:
   false``: ``invalid_value``;
-- ``minimum``, ``maximum``, ``exclusive*``, ``minLength`` > 1, ``maxLength``, and the
-  extension's date bounds: ``out_of_range``; a number beyond double range is not finite
-  (``out_of_range``);
+- ``minimum``, ``maximum``, ``exclusive*``, ``minLength`` > 1, ``maxLength``, ``minItems``,
+  ``maxItems``, ``minProperties``, ``maxProperties`` and the extension's date bounds:
+  ``out_of_range``; ``uniqueItems``: ``invalid_value``; a number beyond double range is
+  not finite (``out_of_range``);
 - the extension's event time more than the allowed skew after arrival:
   ``event_time_in_future``.
+
+An array's ``items`` and a map's values are checked member by member, each rule naming
+the first member that breaks it (``tags[2]``, ``lines[0].sku``, ``counts.north``).
 """
 
 from __future__ import annotations

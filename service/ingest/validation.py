@@ -320,7 +320,7 @@ _DERIVED_READERS = ("timestamp", "date", "members")
 class JsonField:
     """A field of the parsed payload, staged as a VARIANT column, a JSON type column and
     the typed readings its declared ``data_type`` needs; or a member of an array or a map,
-    ``element``: a lambda variable over `members` (nothing staged)."""
+    ``element``: a lambda variable over `members`, whose struct holds its readings."""
 
     name: str
     data_type: DataType | None = None
@@ -482,14 +482,15 @@ class JsonField:
 
     def members(self) -> Column:
         """An array's elements or a map's members in order, each a struct of its ``key``
-        (an element's index from 0, as text), its VARIANT ``value`` and its JSON type
-        ``kind``: each member's type computed once, whatever the rules that read it."""
+        (an element's index from 0, as text), its VARIANT ``value``, its JSON type ``kind``
+        and its typed readings (``string``, ``timestamp``, ...); an object's properties'
+        alike, suffixed ``_<j>``. Computed once per member, whatever the rules that read
+        them."""
         return self._value("members")
 
     def _members(self) -> Column:
-        # SQL text: built call by call, every rule on a member repeated each py4j call of
-        # the type's expression (seconds of planning for a few array fields). An array of
-        # objects' members hold each property's value and type too (``value_<j>``).
+        # The values and types in SQL text: built call by call, the type's expression cost
+        # seconds of py4j calls for a few array fields.
         if isinstance(self.data_type, ArrayType):
             source, key, value = f"`{self._staged('array')}`", "CAST(i AS STRING)", "m"
             lambda_args = "(m, i)"
