@@ -68,7 +68,7 @@ _FIELD_EXTENSION_KEYS = {"for", "minimum", "maximum", "mismatch"}
 # nested field's path.
 _COLUMN_NAME_REFUSED = set(" ,;{}()\n\t=.")
 # The names of an array's objects' properties (each a field of a struct column).
-_ITEM_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_ITEM_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Seconds whose microseconds still fit a 64-bit integer (the engine compares microseconds).
 _MAX_SECONDS = 9_223_372_036_854
 _SECONDS = {"type": "integer", "minimum": 0, "maximum": _MAX_SECONDS}
@@ -580,11 +580,16 @@ def _check_item_object(
         raise _bad(source, pointer, "an array's objects declare their properties (an array"
                    " of free-form objects is not typed: leave the property undeclared, it is"
                    " kept in _rescued)")  # fmt: skip
+    seen: dict[str, str] = {}
     for name, prop in item["properties"].items():
         at = _pointer(f"{pointer}/properties", [name])
         if not _ITEM_PROPERTY_NAME.fullmatch(name):
             raise _bad(source, at, f"{name!r} cannot name a field of an array's objects:"
-                       " letters, digits, _ and -, not first a digit or -")  # fmt: skip
+                       " letters, digits and _, not first a digit")  # fmt: skip
+        if name.lower() in seen:
+            raise _bad(source, at, f"{name!r} and {seen[name.lower()]!r} name one field of an"
+                       " array's objects (Spark compares names ignoring case)")  # fmt: skip
+        seen[name.lower()] = name
         types = prop.get("type") if isinstance(prop, dict) else None
         prop_kinds = [types] if isinstance(types, str) else list(types or ())
         for compound in ("object", "array"):

@@ -862,7 +862,11 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
             "sku code": {"type": "string"}}}}),
          "/properties/lines/items/properties/sku code: 'sku code' cannot name a field of an"
-         " array's objects: letters, digits, _ and -, not first a digit or -"),
+         " array's objects: letters, digits and _, not first a digit"),
+        (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}, "SKU": {"type": "string"}}}}),
+         "/properties/lines/items/properties/SKU: 'SKU' and 'sku' name one field of an"
+         " array's objects (Spark compares names ignoring case)"),
         (set_property("lines", {"type": "array", "uniqueItems": True, "items": {
             "type": "object", "properties": {"sku": {"type": "string"}}}}),
          "/properties/lines/uniqueItems: keyword 'uniqueItems' is not supported by the"
@@ -930,7 +934,7 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
          "/allOf/0/if/properties/counts: 'counts' is a map: an if compares a field with"
          " values, which no map is"),
     ],
-    ids=["no-items", "free-form-objects", "arrays", "object-in-object", "item-name",
+    ids=["no-items", "free-form-objects", "arrays", "object-in-object", "item-name", "item-case",
          "unique-objects", "item-required", "union", "untyped-items", "misplaced-keyword",
          "min-above-max", "extension", "contains", "items-elsewhere", "if", "then",
          "map-of-objects", "map-beside-properties", "map-extension", "map-min-above-max",
