@@ -508,12 +508,8 @@ def _check_root(source: str, document: Mapping[str, Any]) -> None:
 
 def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
     additional = schema.get("additionalProperties", True)
-    if not isinstance(additional, bool):
-        raise _unsupported(
-            source, f"{pointer}/additionalProperties", "additionalProperties",
-            "only true (unknown fields are kept in _rescued) or false (refused) beside"
-            " properties; a schema makes a map, an object property without properties",
-        )  # fmt: skip
+    if isinstance(additional, dict):
+        _check_others(source, additional, f"{pointer}/additionalProperties")
     declared = schema.get("properties", {})
     for i, name in enumerate(schema.get("required", ())):
         if name not in declared:
@@ -576,6 +572,9 @@ def _check_item_object(
         raise _bad(source, f"{pointer}/x-lakehouse", "an array's objects have no x-lakehouse"
                    " block: their properties' annotations go on each property")  # fmt: skip
     _check_keywords(source, item, pointer, _OBJECT_KEYWORDS)
+    if isinstance(item.get("additionalProperties"), dict):
+        raise _unsupported(source, f"{pointer}/additionalProperties", "additionalProperties",
+                           "an array's objects take true or false, not a schema")  # fmt: skip
     if "properties" not in item:
         raise _bad(source, pointer, "an array's objects declare their properties (an array"
                    " of free-form objects is not typed: leave the property undeclared, it is"
@@ -598,6 +597,25 @@ def _check_item_object(
                                    f" scalars (or null), not {compound}s: leave the property"
                                    " undeclared, it is kept in _rescued")  # fmt: skip
     _check_object(source, item, pointer)
+
+
+def _check_others(source: str, schema: Mapping[str, Any], pointer: str) -> None:
+    """An ``additionalProperties`` schema beside ``properties``: a scalar field's, which
+    every other member of the object must meet."""
+    _check_schema_object(source, schema, pointer)
+    types = schema.get("type")
+    if types is None:
+        raise _bad(source, pointer, "additionalProperties declares the other members' type")
+    kinds = [types] if isinstance(types, str) else list(types)
+    for compound in ("object", "array"):
+        if compound in kinds:
+            raise _unsupported(source, f"{pointer}/type", "type", "the other members are"
+                               f" scalars (or null), not {compound}s: true keeps them"
+                               " unchecked")  # fmt: skip
+    for kind in kinds:
+        if kind not in _TYPES:
+            raise _unsupported(source, f"{pointer}/type", "type", f"type {kind!r}")
+    _check_value(source, schema, pointer, kinds, in_branch=False)
 
 
 def _a(noun: str) -> str:

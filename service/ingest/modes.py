@@ -26,8 +26,10 @@ from service.ingest.entities_merge import merge_clauses
 from service.ingest.rules import (
     contract_violations,
     json_fields,
+    member_fields,
     typed_record,
     with_member_checks,
+    with_other_members,
 )
 from service.ingest.validation import (
     SCHEMA_ID_COLUMN,
@@ -236,11 +238,12 @@ def parse_records(
         else max_future_seconds
     )
     today = today if today is not None else F.current_date()
-    fields = json_fields(contract)
     staged = stage_fields(
-        with_parsed_payload(bronze, max_payload_bytes, contract.framing), fields.values()
+        with_parsed_payload(bronze, max_payload_bytes, contract.framing),
+        json_fields(contract).values(),
     )
-    staged = with_member_checks(staged, contract.fields, fields, today)
+    staged = with_other_members(staged, contract)
+    staged = with_member_checks(staged, member_fields(contract), today)
     tombstone = mode.tombstone()
     checked = with_error(
         staged,

@@ -76,6 +76,9 @@ def contract_violations(
         rules += _field_rules(contract, f, staged, today)
     if not contract.rescue_unknown:
         rules.append(_unknown_fields(contract))
+    others = _others_field("", "", contract.document)
+    if others is not None:
+        rules += _map_rules(others, json_field(others), today)
     if contract.event_time is not None and max_future_seconds is not None:
         rules.append(_in_future(staged[contract.event_time], max_future_seconds))
     return [Violation(r.code, applies & r.broken, r.detail) for r in rules]
@@ -117,6 +120,9 @@ def _field_rules(
             )
     if f.is_object and f.schema.get("additionalProperties", True) is False:
         rules.append(_unknown_nested(f, field))
+    others = _others_field(f.path, f.pointer, f.schema) if f.is_object else None
+    if others is not None:
+        rules += _map_rules(others, json_field(others), today)
     return rules
 
 
@@ -507,19 +513,68 @@ def _member_rules(f: Field, field: JsonField, today: Column) -> list[Violation]:
 
 
 def with_member_checks(
-    records: DataFrame, fields: Iterable[Field], staged: Mapping[str, JsonField], today: Column
+    records: DataFrame, fields: Iterable[tuple[Field, JsonField]], today: Column
 ) -> DataFrame:
-    """``records`` (staged by `stage_fields`) with, for each array or map of ``fields``,
-    its members' details: one struct per member, each rule's detail where the member breaks
-    it, else null. Each rule is evaluated once per member here, whatever reads it."""
+    """``records`` (staged by `stage_fields`) with, for each array or map of ``fields`` (and
+    `member_fields`), its members' details: one struct per member, each rule's detail where
+    the member breaks it, else null. Each rule is evaluated once per member here, whatever
+    reads it."""
     columns = [
-        F.transform(staged[f.path].members(), _details(f, staged[f.path], today)).alias(
-            _checks_column(f)
-        )
-        for f in fields
+        F.transform(field.members(), _details(f, field, today)).alias(_checks_column(f))
+        for f, field in fields
         if f.is_array or f.is_map
     ]
     return records.select("*", *columns) if columns else records
+
+
+def member_fields(contract: Contract) -> list[tuple[Field, JsonField]]:
+    """Every field of ``contract`` with its staged field, and a map field standing for the
+    other members of each object whose ``additionalProperties`` is a schema (staged by
+    `with_other_members`)."""
+    staged = json_fields(contract)
+    pairs = [(f, staged[f.path]) for f in contract.fields]
+    return pairs + [(f, json_field(f)) for f, _ in _other_members(contract)]
+
+
+def with_other_members(records: DataFrame, contract: Contract) -> DataFrame:
+    """``records`` (staged by `stage_fields`) with the map and the members of each object's
+    other members that an ``additionalProperties`` schema checks (the document's: its
+    unknown top-level fields, kept in ``_rescued``; a nested object's: not kept)."""
+    sites = [(json_field(f), members) for f, members in _other_members(contract)]
+    if not sites:
+        return records
+    maps = records.select("*", *[field.staged_map(members) for field, members in sites])
+    return maps.select("*", *[field.staged_members() for field, _ in sites])
+
+
+def _other_members(contract: Contract) -> list[tuple[Field, Column]]:
+    """(the map field standing for them, their map) of each object's other members an
+    ``additionalProperties`` schema checks."""
+    sites = []
+    root = _others_field("", "", contract.document)
+    if root is not None:
+        sites.append((root, _without(json_object(F.col("_json")), contract.top_level)))
+    for f in contract.fields:
+        others = _others_field(f.path, f.pointer, f.schema) if f.is_object else None
+        if others is not None:
+            members = F.try_variant_get(json_field(f).raw, "$", "map<string,variant>")
+            sites.append((others, _without(members, list(f.schema.get("properties", {})))))
+    return sites
+
+
+def _without(members: Column, names: Sequence[str]) -> Column:
+    """The map ``members`` without the keys ``names``."""
+    return F.map_filter(members, lambda k, _: ~k.isin(*names))
+
+
+def _others_field(path: str, pointer: str, schema: Mapping[str, Any]) -> Field | None:
+    """A map field (at the object's ``path``, "" for the document) whose values' schema is
+    the object's ``additionalProperties``, when that is a schema."""
+    others = schema.get("additionalProperties")
+    if not isinstance(others, Mapping):
+        return None
+    map_schema = {"type": "object", "additionalProperties": others}
+    return Field(path, path, map_schema, f"{pointer}/additionalProperties", required=False)
 
 
 def _details(f: Field, field: JsonField, today: Column) -> Callable[[Column], Column]:
@@ -530,7 +585,7 @@ def _details(f: Field, field: JsonField, today: Column) -> Callable[[Column], Co
         path = (
             F.concat(F.lit(f"{f.path}["), member["key"], F.lit("]"))
             if f.is_array
-            else F.concat(F.lit(f"{f.path}."), member["key"])
+            else F.concat(F.lit(f"{f.path}." if f.path else ""), member["key"])
         )
         rules = _member_checks(f, field, member, path, today)
         return F.struct(

@@ -384,6 +384,16 @@ class JsonField:
         kind = json_type(f"`_raw_{self._suffix}`", f"`_schema_{self._suffix}`")
         return kind.alias(f"_type_{self._suffix}")
 
+    def staged_map(self, members: Column) -> Column:
+        """``members`` (a map of VARIANTs by key) staged as this map field's value, whose
+        `members` (`staged_members`) read it: the members of an object an
+        ``additionalProperties`` schema checks, which no path names."""
+        return members.alias(self._staged("map"))
+
+    def staged_members(self) -> Column:
+        """The expression of the staged `members` (after `staged_map`)."""
+        return self._members().alias(self._staged("members"))
+
     def staged_values(self, readers: Sequence[str]) -> list[Column]:
         """The expressions of the staged typed readings among ``readers``."""
         return [self._read(r).alias(self._staged(r)) for r in self.readers if r in readers]

@@ -105,7 +105,9 @@ def promoted_rows(
     staged_fields = {f.path: json_field(f) for f in fields}
     today = F.current_date()
     staged = with_member_checks(
-        stage_fields(parsed, staged_fields.values()), fields, staged_fields, today
+        stage_fields(parsed, staged_fields.values()),
+        [(f, staged_fields[f.path]) for f in fields],
+        today,
     )
     staged = staged.where(_any([f.kind.isNotNull() for f in staged_fields.values()]))
     values: dict[str, Column] = {}

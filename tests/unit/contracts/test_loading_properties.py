@@ -45,6 +45,7 @@ DEFINED["properties"] = {
               "properties": {"sku": {"$ref": "#/$defs/Text"}, "qty": {"type": "integer"}}}},
     "ports": {"type": ["object", "null"], "additionalProperties": {"type": "integer"}},
 }  # fmt: skip
+DEFINED["additionalProperties"] = {"type": ["string", "null"], "maxLength": 8}
 SEEDS = (shipped("users"), shipped("sensors"), orders(event_time="placed_at"), DEFINED)
 # Words a contract is made of: keywords, extension keys and values, the seeds' names.
 WORDS = sorted(

@@ -717,7 +717,8 @@ MEMBERS: dict[str, Any] = {
                "items": {"type": ["number", "null"], "minimum": 0, "maximum": 10}},
     "seen": {"type": ["array", "null"], "items": {"type": ["string", "integer"],
                                                   "format": "date-time"}},
-    "shipping": {"type": ["object", "null"], "properties": {
+    "shipping": {"type": ["object", "null"], "additionalProperties": {"type": "integer"},
+                 "properties": {
         "steps": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Step"}}}},
     "counts": {"type": ["object", "null"], "maxProperties": 2,
                "additionalProperties": {"type": "integer", "minimum": 0}},
@@ -732,6 +733,8 @@ def with_members(document: dict[str, Any]) -> None:
     document["properties"].update(copy.deepcopy(MEMBERS))
     document["required"].append("scores")
     document["$defs"] = {"Step": {"type": "integer", "minimum": 1}}
+    # Every other top-level field: a short text (kept in _rescued).
+    document["additionalProperties"] = {"type": ["string", "null"], "maxLength": 3}
 
 
 def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
@@ -769,6 +772,10 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         ("line-type", {**placed, "lines": [{"sku": "A-1"}, "B-2"]}),
         ("line-value", {**placed, "lines": [{"sku": "A-1", "qty": 0}]}),
         ("line-unknown", {**placed, "lines": [{"sku": "A-1", "gift": True, "note": "x"}]}),
+        ("others", {**placed, "note": "abc", "shipping": {"steps": [1], "floor": 3}}),
+        ("other-length", {**placed, "note": "abcd"}),
+        ("other-type", {**placed, "memo": None, "note": 5}),
+        ("nested-other", {**placed, "shipping": {"floor": "3"}}),
     ]  # fmt: skip
     frame = bronze_frame(spark, [(k, json.dumps(v)) for k, v in records], "orders")
 
@@ -815,6 +822,10 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
             "invalid_value",
             "lines[0].gift, lines[0].note: not a property of the contract",
         ),
+        "others": (None, None),
+        "other-length": ("out_of_range", "note: 4 characters exceeds 3"),
+        "other-type": ("type_mismatch", "note: expected a JSON string, got integer"),
+        "nested-other": ("type_mismatch", "shipping.floor: expected a JSON integer, got string"),
     } == {r["key_text"]: (r["error_code"], r["error_detail"]) for r in rows}
     # A JSON Schema validator's verdicts agree (but on date-time, a format it only notes).
     validator = Draft202012Validator(contract.document)
@@ -831,6 +842,7 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
         t.isoformat() for t in valid["valid"]["seen"]
     ]
     assert {"a": 7, "b": 0} == valid["map"]["counts"]
+    assert '{"note":"abc"}' == valid["others"]["_rescued"]
     assert [("A-1", 2), ("B-2", None)] == [(r.sku, r.qty) for r in valid["lines"]["lines"]]
     assert (None, [], []) == (
         valid["empty-and-null"]["tags"], valid["empty-and-null"]["scores"],
@@ -916,11 +928,20 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
          " undeclared, it is kept in _rescued (docs/contracts.md lists the keywords it"
          " compiles)"),
         (set_property("counts", {"type": "object", "properties": {"a": {"type": "integer"}},
-                                 "additionalProperties": {"type": "integer"}}),
-         "/properties/counts/additionalProperties: keyword 'additionalProperties' is not"
-         " supported by the engine: only true (unknown fields are kept in _rescued) or false"
-         " (refused) beside properties; a schema makes a map, an object property without"
-         " properties (docs/contracts.md lists the keywords it compiles)"),
+                                 "additionalProperties": {"type": "object"}}),
+         "/properties/counts/additionalProperties/type: keyword 'type' is not supported by the"
+         " engine: the other members are scalars (or null), not objects: true keeps them"
+         " unchecked (docs/contracts.md lists the keywords it compiles)"),
+        (lambda d: d.update(additionalProperties={"maxLength": 3}),
+         "/additionalProperties: additionalProperties declares the other members' type"),
+        (lambda d: d.update(additionalProperties={"type": "integer", "maxLength": 3}),
+         "/additionalProperties/maxLength: maxLength applies to strings, and this property is"
+         " integer: it would never apply"),
+        (set_property("lines", {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}}, "additionalProperties": {"type": "string"}}}),
+         "/properties/lines/items/additionalProperties: keyword 'additionalProperties' is not"
+         " supported by the engine: an array's objects take true or false, not a schema"
+         " (docs/contracts.md lists the keywords it compiles)"),
         (set_property("counts", {"type": "object", "x-lakehouse": {"mismatch": "x"},
                                  "additionalProperties": {"type": "integer"}}),
          "/properties/counts/x-lakehouse: a map has no x-lakehouse block: its values'"
@@ -937,7 +958,8 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
     ids=["no-items", "free-form-objects", "arrays", "object-in-object", "item-name", "item-case",
          "unique-objects", "item-required", "union", "untyped-items", "misplaced-keyword",
          "min-above-max", "extension", "contains", "items-elsewhere", "if", "then",
-         "map-of-objects", "map-beside-properties", "map-extension", "map-min-above-max",
+         "map-of-objects", "others-of-objects", "others-untyped", "others-misplaced-keyword",
+         "others-in-array-objects", "map-extension", "map-min-above-max",
          "map-if"],
 )  # fmt: skip
 def test_an_array_or_map_mistake_is_refused_with_one_line(edit: Edit, expected: str) -> None:

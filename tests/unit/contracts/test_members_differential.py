@@ -10,7 +10,8 @@ the bounds. It avoids what docs/contracts.md ("Differences from JSON Schema") sa
 product decides otherwise and `test_contract_differential` covers: integers written with a
 fraction (``-0.0`` among integers), integers beyond 64 bits, and strings a ``date-time``
 only notes (the validator asserts no format). An array of objects (required, unknown and
-mistyped properties, null elements) is among them.
+mistyped properties, null elements) is among them, and ``additionalProperties`` schemas
+checking the other members of the document and of a nested object.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ MEMBERS: dict[str, Any] = {
                "items": {"type": ["number", "null"], "minimum": 0, "maximum": 10}},
     "seen": {"type": ["array", "null"], "maxItems": 2,
              "items": {"type": ["string", "integer"], "format": "date-time"}},
-    "shipping": {"type": ["object", "null"], "properties": {
+    "shipping": {"type": ["object", "null"], "additionalProperties": {
+        "type": ["integer", "null"], "minimum": 0}, "properties": {
         "steps": {"type": ["array", "null"], "items": {"type": "integer",
                                                        "exclusiveMinimum": 0}}}},
     "counts": {"type": ["object", "null"], "minProperties": 1, "maxProperties": 2,
@@ -56,6 +58,8 @@ def contract_document() -> dict[str, Any]:
     document = orders()
     document["properties"].update(MEMBERS)
     document["required"].append("scores")
+    # The other top-level fields: short texts.
+    document["additionalProperties"] = {"type": ["string", "null"], "maxLength": 2}
     return document
 
 
@@ -95,7 +99,10 @@ def member_value(rng: random.Random, name: str) -> Any:
         return listed(rng, ["2024-05-01T00:00:00Z", "2024-05-01T02:00:00+02:00", 0,
                             1714521600000], [], others)  # fmt: skip
     if name == "shipping":
-        return {"steps": listed(rng, [1, 2, 3], [0, -2, 1.5, "1"])}
+        shipping: dict[str, Any] = {"steps": listed(rng, [1, 2, 3], [0, -2, 1.5, "1"])}
+        if rng.random() < 0.3:
+            shipping[rng.choice(["floor", "door"])] = rng.choice([0, 4, None, -1, "4", 2.5])
+        return shipping
     if name == "lines":
         right = [{"sku": "A-1"}, {"sku": "B-2", "qty": 3}, {"sku": "C-3", "gift": True}, None]
         wrong = [{"sku": "a-1"}, {"qty": 2}, {"sku": "A-1", "qty": 0}, {"sku": "A-1", "x": 1},
@@ -114,6 +121,8 @@ def corpus(rng: random.Random) -> list[dict[str, Any]]:
         for name in MEMBERS:
             if rng.random() < 0.85:
                 document[name] = member_value(rng, name)
+        if rng.random() < 0.2:
+            document[rng.choice(["note", "memo"])] = rng.choice(["ab", "", None, "abc", 3])
         documents.append(document)
     return documents
 
