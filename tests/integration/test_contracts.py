@@ -174,7 +174,7 @@ def _without(document: dict[str, Any], field: str) -> dict[str, Any]:
 def orders_corpus() -> list[tuple[str, bytes, str | None]]:
     corpus: list[tuple[str, bytes, str | None]] = []
     for i in range(1, VALID_ORDERS + 1):
-        extra = {"priority": PRIORITIES[f"o-{i}"]} if f"o-{i}" in PRIORITIES else {}
+        extra: dict[str, Any] = {"priority": PRIORITIES[f"o-{i}"]} if f"o-{i}" in PRIORITIES else {}
         if i == 11:
             extra = {"priority": "urgent"}  # not a priority v2 knows: stays in _rescued
         if i == 12:

@@ -737,6 +737,16 @@ def with_members(document: dict[str, Any]) -> None:
     document["additionalProperties"] = {"type": ["string", "null"], "maxLength": 3}
 
 
+def members_with(**keywords: Any) -> Edit:
+    """`with_members`, then ``keywords`` set on the document."""
+
+    def edit(document: dict[str, Any]) -> None:
+        with_members(document)
+        document.update(keywords)
+
+    return edit
+
+
 def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
     spark: SparkSession,
 ) -> None:
@@ -914,12 +924,12 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
          "/properties/amount/items: keyword 'items' is not supported by the engine: items"
          " types the elements of a property of type array (docs/contracts.md lists the"
          " keywords it compiles)"),
-        (lambda d: (with_members(d), d.update(allOf=[{
-            "if": {"properties": {"tags": {"const": "a"}}}, "then": {"required": ["amount"]}}])),
+        (members_with(allOf=[{
+            "if": {"properties": {"tags": {"const": "a"}}}, "then": {"required": ["amount"]}}]),
          "/allOf/0/if/properties/tags: 'tags' is an array: an if compares a field with"
          " values, which no array is"),
-        (lambda d: (with_members(d), d.update(allOf=[{
-            "if": {"required": ["amount"]}, "then": {"properties": {"tags": {"maxItems": 1}}}}])),
+        (members_with(allOf=[{
+            "if": {"required": ["amount"]}, "then": {"properties": {"tags": {"maxItems": 1}}}}]),
          "/allOf/0/then/properties/tags: 'tags' is an array: a then/else has no rules for"
          " one"),
         (set_property("counts", {"type": "object", "additionalProperties": {"type": "object"}}),
@@ -950,8 +960,8 @@ def test_arrays_and_maps_of_scalars_are_columns_checked_member_by_member(
                                  "additionalProperties": {"type": "integer"}}),
          "/properties/counts: minProperties 2 is above maxProperties 1: every value would be"
          " out of range"),
-        (lambda d: (with_members(d), d.update(allOf=[{
-            "if": {"properties": {"counts": {"const": 1}}}, "then": {"required": ["amount"]}}])),
+        (members_with(allOf=[{
+            "if": {"properties": {"counts": {"const": 1}}}, "then": {"required": ["amount"]}}]),
          "/allOf/0/if/properties/counts: 'counts' is a map: an if compares a field with"
          " values, which no map is"),
     ],
