@@ -602,20 +602,36 @@ def _check_item_object(
 def _check_others(source: str, schema: Mapping[str, Any], pointer: str) -> None:
     """An ``additionalProperties`` schema beside ``properties``: a scalar field's, which
     every other member of the object must meet."""
+    _check_scalar_schema(
+        source, schema, pointer, "additionalProperties declares the other members' type",
+        lambda compound: f"the other members are scalars (or null), not {compound}s: true"
+        " keeps them unchecked",
+    )  # fmt: skip
+
+
+def _check_scalar_schema(
+    source: str, schema: Any, pointer: str, untyped: str, not_scalar: Callable[[str], str]
+) -> None:
+    """A schema of a scalar type (or null) that members of an array, a map or an object
+    meet: ``untyped`` refuses one without a type, ``not_scalar`` words an object or array
+    type's refusal."""
     _check_schema_object(source, schema, pointer)
-    types = schema.get("type")
-    if types is None:
-        raise _bad(source, pointer, "additionalProperties declares the other members' type")
-    kinds = [types] if isinstance(types, str) else list(types)
+    kinds = _kinds(schema)
+    if not kinds:
+        raise _bad(source, pointer, untyped)
     for compound in ("object", "array"):
         if compound in kinds:
-            raise _unsupported(source, f"{pointer}/type", "type", "the other members are"
-                               f" scalars (or null), not {compound}s: true keeps them"
-                               " unchecked")  # fmt: skip
+            raise _unsupported(source, f"{pointer}/type", "type", not_scalar(compound))
     for kind in kinds:
         if kind not in _TYPES:
             raise _unsupported(source, f"{pointer}/type", "type", f"type {kind!r}")
     _check_value(source, schema, pointer, kinds, in_branch=False)
+
+
+def _kinds(schema: Mapping[str, Any]) -> list[str]:
+    """The types a schema's ``type`` names (none without one)."""
+    types = schema.get("type")
+    return [types] if isinstance(types, str) else list(types or ())
 
 
 def _a(noun: str) -> str:
@@ -639,26 +655,18 @@ def _check_members(
         raise _bad(source, pointer, f"{_a(what)} declares {their} schema ({keyword})")
     at, member = f"{pointer}/{keyword}", schema[keyword]
     _check_schema_object(source, member, at)
-    types = member.get("type")
-    if types is None:
-        raise _bad(source, at, f"{keyword} declares {their} type")
-    member_kinds = [types] if isinstance(types, str) else list(types)
-    if what == "array" and "object" in member_kinds:
-        _check_item_object(source, member, at, member_kinds)
+    if what == "array" and "object" in _kinds(member):
+        _check_item_object(source, member, at, _kinds(member))
         if "uniqueItems" in schema:
             raise _unsupported(source, f"{pointer}/uniqueItems", "uniqueItems", "it compares"
                                " scalars, and this array's elements are objects")  # fmt: skip
     else:
-        for compound in ("object", "array"):
-            if compound in member_kinds:
-                raise _unsupported(source, f"{at}/type", "type", f"{_a(what)}'s {members} are"
-                                   f" scalars (or null){', or objects' if what == 'array' else ''},"
-                                   f" not {compound}s: leave the property undeclared, it is kept"
-                                   " in _rescued")  # fmt: skip
-        for member_kind in member_kinds:
-            if member_kind not in _TYPES:
-                raise _unsupported(source, f"{at}/type", "type", f"type {member_kind!r}")
-        _check_value(source, member, at, member_kinds, in_branch=False)
+        also = ", or objects" if what == "array" else ""
+        _check_scalar_schema(
+            source, member, at, f"{keyword} declares {their} type",
+            lambda compound: f"{_a(what)}'s {members} are scalars (or null){also}, not"
+            f" {compound}s: leave the property undeclared, it is kept in _rescued",
+        )  # fmt: skip
     low, high = schema.get(low_keyword), schema.get(high_keyword)
     if low is not None and high is not None and low > high:
         raise _bad(source, pointer, f"{low_keyword} {low} is above {high_keyword} {high}:"
