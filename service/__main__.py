@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -66,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--duration", type=float, help="seconds to run in rate mode (default: forever)"
     )
-    gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same records)")
+    gen.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        help="random seed (same seed, same records), or 'random' for a new one (in the summary)",
+    )
     gen.add_argument("--partitions", type=int, default=3, help="partitions of topics it creates")
     for name, what in (
         ("bad", "readings the contract rejects (quarantined)"),
@@ -220,6 +226,12 @@ def _since(text: str) -> datetime:
         return parse_since(text, datetime.now(UTC))
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _seed(text: str) -> int:
+    """An integer seed, or a new one for ``random``: a run that must not repeat an earlier
+    run's event ids (each would be a duplicate within the dedup horizon)."""
+    return secrets.randbits(31) if text == "random" else int(text)
 
 
 def _fraction(text: str) -> float:

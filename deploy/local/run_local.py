@@ -4,20 +4,24 @@ Everything lives under ./var (Kafka data, the lakehouse, logs). The generator se
 ``GENERATOR_RATE`` readings/s (default 200) and, unless ``GENERATOR_MIX`` says otherwise,
 a small share of bad, late and duplicate readings, profile updates and tombstones, so
 that quarantine, duplicates and users changes have rows to show (``GENERATOR_MIX=''``:
-valid readings only). Ctrl-C stops the generator and the service gracefully, then the
-broker.
+valid readings only). Each run seeds the generator anew (``GENERATOR_SEED`` to repeat
+one): with the same seed a second run would send the first one's event ids again, all
+of them duplicates within the dedup horizon. Ctrl-C stops the generator and the service
+gracefully, then the broker.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -43,7 +47,7 @@ Look at them without a JVM (delta-rs), in another shell, from {repo}:
   lakehouse-ingest show silver/quarantine --where "error_code = 'malformed_json'" --limit 5
   lakehouse-ingest reconcile
 Metrics: http://localhost:{http_port}/metrics   health: /healthz /readyz   Spark UI: http://localhost:4040
-Generator: {rate} readings/s (GENERATOR_RATE), mixed in: {mix} (GENERATOR_MIX)
+Generator: {rate} readings/s (GENERATOR_RATE), mixed in: {mix} (GENERATOR_MIX), seed {seed}
 Ctrl-C stops everything.
 """
 
@@ -56,6 +60,29 @@ def _port(preferred: int) -> int:
         except OSError:
             return free_port()
     return preferred
+
+
+@dataclass(frozen=True)
+class Generator:
+    """What `make run`'s generator sends: ``GENERATOR_RATE``, ``GENERATOR_MIX`` and
+    ``GENERATOR_SEED`` of the environment, or their defaults (the seed: this run's own)."""
+
+    rate: str
+    mix: tuple[str, ...]
+    seed: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], seed: int) -> Generator:
+        """The generator ``environ`` asks for, seeded with ``seed`` unless it names one."""
+        return cls(
+            rate=environ.get("GENERATOR_RATE", "200"),
+            mix=tuple(environ.get("GENERATOR_MIX", DEFAULT_MIX).split()),
+            seed=environ.get("GENERATOR_SEED", str(seed)),
+        )
+
+    def args(self) -> list[str]:
+        """The ``generate`` verb's arguments."""
+        return ["generate", "--users", "500", "--rate", self.rate, "--seed", self.seed, *self.mix]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,12 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "INGEST_HTTP_PORT": str(http_port),
         "INGEST_LOG_FORMAT": os.environ.get("INGEST_LOG_FORMAT", "console"),
     }
-    rate = os.environ.get("GENERATOR_RATE", "200")
-    mix = os.environ.get("GENERATOR_MIX", DEFAULT_MIX).split()
-    generate = ["generate", "--users", "500", "--rate", rate, *mix]
+    generator = Generator.from_env(os.environ, secrets.randbits(31))
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "service", *generate],
+            [sys.executable, "-m", "service", *generator.args()],
             cwd=REPO,
             env={**env, "INGEST_LOG_LEVEL": "WARNING"},
         ),
@@ -104,8 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         root=VAR / "lakehouse",
         bootstrap=broker.bootstrap_servers,
         http_port=http_port,
-        rate=rate,
-        mix=" ".join(mix) or "nothing, valid readings only",
+        rate=generator.rate,
+        mix=" ".join(generator.mix) or "nothing, valid readings only",
+        seed=generator.seed,
     )
     print(hint, flush=True)
     exit_code = 0

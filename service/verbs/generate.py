@@ -91,6 +91,7 @@ class GeneratorOptions:
 class GeneratorSummary:
     """Counts of what was produced, per topic and category."""
 
+    seed: int
     produced: Counter[str] = field(default_factory=Counter)
     by_category: Counter[str] = field(default_factory=Counter)
     delivery_errors: int = 0
@@ -99,6 +100,7 @@ class GeneratorSummary:
         """One JSON line for the console and for tests."""
         return json.dumps(
             {
+                "seed": self.seed,
                 "produced": dict(self.produced),
                 "by_category": dict(self.by_category),
                 "delivery_errors": self.delivery_errors,
@@ -410,7 +412,7 @@ def generate(settings: Settings, options: GeneratorOptions) -> GeneratorSummary:
     """Produce every user's profile, then readings; return what was delivered."""
     topics = [users_topic(settings), sensors_topic(settings)]
     ensure_topics(settings, topics, options.partitions)
-    summary = GeneratorSummary()
+    summary = GeneratorSummary(options.seed)
 
     sent: deque[tuple[str, dict[str, Any]]] = deque(maxlen=100)
     transaction = Transaction(options, summary, sent)

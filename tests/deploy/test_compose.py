@@ -75,6 +75,11 @@ def test_has_the_whole_stack() -> None:
     assert "build" in services()["ingest"]
     generator = services()["generator"]
     assert "generate" == generator["command"][0] and "--rate" in generator["command"]
+    # A new seed at each start: the same one would send the last run's event ids again.
+    assert (
+        "${GENERATOR_SEED:-random}"
+        == generator["command"][generator["command"].index("--seed") + 1]
+    )
 
 
 def test_every_image_is_pinned_to_a_version_tag() -> None:

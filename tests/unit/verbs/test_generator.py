@@ -1,7 +1,8 @@
-"""The generator's event times in count mode and its event ids."""
+"""The generator's event times in count mode, its event ids and its seed."""
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -9,6 +10,7 @@ from itertools import pairwise
 
 import pytest
 
+from service.__main__ import _parser
 from service.verbs.generate import (
     GeneratorOptions,
     GeneratorSummary,
@@ -66,7 +68,7 @@ class TransactionsSeen:
 def test_records_count_when_their_transaction_commits_and_as_aborted_when_it_aborts(
     abort_fraction: float, ends: list[str], categories: dict[str, int], produced: int
 ) -> None:
-    summary = GeneratorSummary()
+    summary = GeneratorSummary(seed=0)
     options = GeneratorOptions(transaction_size=2, abort_fraction=abort_fraction)
     transaction, producer = Transaction(options, summary), TransactionsSeen()
 
@@ -80,3 +82,16 @@ def test_records_count_when_their_transaction_commits_and_as_aborted_when_it_abo
     assert ["init", "begin", "flush", ends[0], "begin", "flush", ends[1]] == producer.calls
     assert categories == dict(summary.by_category)
     assert produced == summary.produced["sensors"]
+
+
+def test_a_random_seed_is_new_each_run_and_reported_in_the_summary() -> None:
+    def seed(*given: str) -> int:
+        args = ["generate", "--users", "1", "--readings", "1", *given]
+        return int(_parser().parse_args(args).seed)
+
+    assert (0, 7) == (seed(), seed("--seed", "7"))
+    drawn = {seed("--seed", "random") for _ in range(3)}
+    assert 3 == len(drawn) and all(0 <= s < 2**31 for s in drawn)
+    assert 7 == json.loads(GeneratorSummary(seed=7).to_json())["seed"]
+    with pytest.raises(SystemExit):
+        seed("--seed", "often")
