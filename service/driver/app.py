@@ -237,8 +237,14 @@ def _prepare_lake(
             )
             for q in ingest_queries(settings)
         }
-        for table in missing.values():
-            ensure_table(spark, table.uri(settings.storage_uri), table)
+        # Each creation mostly waits on the store (a few requests per table): side by side.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="create") as creating:
+            created_tables = [
+                creating.submit(ensure_table, spark, table.uri(settings.storage_uri), table)
+                for table in missing.values()
+            ]
+            for future in created_tables:
+                future.result()
         created = [e for e in evolution if not e.exists]
         apply_evolution(spark, settings.storage_uri, created, lease.fence)
         if skipped:

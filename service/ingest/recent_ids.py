@@ -7,7 +7,10 @@ arrived from a floor on, as 64-bit hashes (a superset: a collision only costs a 
 A batch whose ids are distinct and none of them kept holds no duplicate, since a
 duplicate repeats an id earlier in its batch or one silver holds within the
 horizon. Such a batch skips the search. Any other batch runs it, and the search
-stays the one definition of a duplicate.
+stays the one definition of a duplicate; it reads only the silver files whose arrivals
+meet those of the kept batches that share an id with it (`Sighting.windows`): silver's
+horizon holds a file per batch until maintenance compacts them (360 an hour at a 10 s
+trigger), and reading all of them made every batch slower than the last.
 
 The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
 not the one kept (a start, maintenance, any other writer), and each batch's ids are
@@ -23,6 +26,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
@@ -52,10 +56,23 @@ def utc_from_micros(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+Window = tuple[datetime, datetime]
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the kept ids say of a batch: ``clear`` when it cannot hold a duplicate; else the
+    arrival ``windows`` (UTC) of the kept batches sharing an id with it, which hold every
+    silver row that does (none: no silver row does), or None when unknown."""
+
+    clear: bool
+    windows: tuple[Window, ...] | None = None
+
+
 class RecentIds:
     """The ids silver holds from a floor of ``silver``'s column (its arrival time) on.
 
-    Used by silver's writer, one batch at a time: `none_seen` before the batch's
+    Used by silver's writer, one batch at a time: `sighting` before the batch's
     silver commit, `committed` after it.
     """
 
@@ -80,39 +97,39 @@ class RecentIds:
         self._version: int | None = None
         # Every silver id that arrived at or after the floor is kept (UTC).
         self._floor = _NEVER
-        # The ids of each load and batch, with the latest arrival among them.
-        self._kept: deque[tuple[datetime, frozenset[int]]] = deque()
+        # The ids of each load and batch, with the arrivals among them (first, latest).
+        self._kept: deque[tuple[Window, frozenset[int]]] = deque()
         self._size = 0
 
-    def none_seen(
+    def sighting(
         self,
         spark: SparkSession,
         readings: DataFrame,
         rows: int,
         first: datetime | None,
         last: datetime | None,
-    ) -> bool:
-        """Whether ``readings`` (``rows`` of them, arriving within ``[first, last]``, UTC)
-        cannot hold a duplicate: few enough to collect, their ids distinct and unseen.
+    ) -> Sighting:
+        """What the kept ids say of ``readings`` (``rows`` of them, arriving within
+        ``[first, last]``, UTC): clear when few enough to collect, their ids distinct and
+        unseen; else where silver's rows sharing their ids arrived, when all are kept.
 
         Their ids are kept (while any are), so call it once per batch, before its commit.
         """
         if first is None or last is None or rows > self._small:
             self._drop()
-            return False
+            return Sighting(clear=False)
         start = first - self._horizon
         if not self._current(spark, start - _SLACK):
-            return False
+            return Sighting(clear=False)
         self._expire(start - _SLACK)
         ids = [r.id for r in readings.select(_hashed(self._id)).collect()]
         batch = frozenset(ids)
-        unseen = (
-            start >= self._floor
-            and len(batch) == len(ids)
-            and not any(batch & kept for _, kept in self._kept)
-        )
-        self._keep(last, batch)
-        return unseen
+        sharing = tuple(window for window, kept in self._kept if batch & kept)
+        all_kept = start >= self._floor
+        self._keep((first, last), batch)
+        if all_kept and not sharing and len(batch) == len(ids):
+            return Sighting(clear=True)
+        return Sighting(clear=False, windows=sharing if all_kept else None)
 
     def committed(self, commit: Commit | None) -> None:
         """The writer's silver append returned ``commit``: its ids are kept already."""
@@ -150,22 +167,26 @@ class RecentIds:
             return False
         self._version, self._floor = version, floor
         if loaded.num_rows:
-            latest = utc_from_micros(pc.max(loaded["micros"]).as_py())
-            self._keep(latest, frozenset(loaded["id"].to_pylist()))
+            bounds = pc.min_max(loaded["micros"])
+            window = (
+                utc_from_micros(bounds["min"].as_py()),
+                utc_from_micros(bounds["max"].as_py()),
+            )
+            self._keep(window, frozenset(loaded["id"].to_pylist()))
         return True
 
-    def _keep(self, latest: datetime, ids: frozenset[int]) -> None:
+    def _keep(self, arrivals: Window, ids: frozenset[int]) -> None:
         if self._version is None:
             return
-        self._kept.append((latest, ids))
+        self._kept.append((arrivals, ids))
         self._size += len(ids)
         if self._size > self._most:
             self._drop()
 
     def _expire(self, floor: datetime) -> None:
         """Forget the oldest ids that all arrived before ``floor``."""
-        while self._kept and self._kept[0][0] < floor:
-            latest, ids = self._kept.popleft()
+        while self._kept and self._kept[0][0][1] < floor:
+            (_, latest), ids = self._kept.popleft()
             self._size -= len(ids)
             self._floor = max(self._floor, latest + _MICROSECOND)
 

@@ -28,7 +28,7 @@ from service.ingest.dedup import find_duplicates, without_duplicates
 from service.ingest.entities_merge import merge_entities_once
 from service.ingest.modes import Entities, Events
 from service.ingest.offset_gaps import PartitionRead
-from service.ingest.recent_ids import RecentIds, utc_from_micros
+from service.ingest.recent_ids import RecentIds, Sighting, Window, utc_from_micros
 from service.lake.delta import Commit
 from service.lake.live_files import LiveFiles
 from service.lake.schemas import duplicates_schema
@@ -143,15 +143,15 @@ class EventsSilver:
         events = self.mode.to_silver(valid)
         spark = valid.sparkSession
         outcome = SilverOutcome()
-        unseen = False
+        sighting = Sighting(clear=False)
         if self._recent is not None:
             with writes.phase("recent_ids"):
-                unseen = self._recent.none_seen(
+                sighting = self._recent.sighting(
                     spark, events, summary.valid, summary.first_arrival, summary.last_arrival
                 )
-        if not unseen:
+        if not sighting.clear:
             with writes.phase("dedup"):
-                recent = self.recent_events(spark, summary)
+                recent = self.recent_events(spark, summary, sighting.windows)
                 found = find_duplicates(
                     events, recent, self._horizon, summary.valid, self._id, self._schema
                 )
@@ -179,12 +179,18 @@ class EventsSilver:
         if self._recent is not None:
             self._recent.committed(commit)
 
-    def recent_events(self, spark: SparkSession, summary: BatchSummary) -> DataFrame:
-        """Silver pruned to the arrivals that can be originals of this batch."""
+    def recent_events(
+        self,
+        spark: SparkSession,
+        summary: BatchSummary,
+        windows: Sequence[Window] | None = None,
+    ) -> DataFrame:
+        """Silver pruned to the arrivals that can be originals of this batch, read from the
+        files that meet ``windows`` (`Sighting.windows`) when given."""
         if summary.first_arrival is None or summary.last_arrival is None:
             return spark.read.format("delta").load(self.files.uri).limit(0)
         earliest = summary.first_arrival - timedelta(seconds=self._horizon)
-        return self.files.read(spark, earliest, summary.last_arrival)
+        return self.files.read(spark, earliest, summary.last_arrival, windows)
 
 
 class EntitiesSilver:

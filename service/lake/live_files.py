@@ -15,6 +15,7 @@ table's files, else from the table's state, as a plain read would list them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -57,9 +58,17 @@ class LiveFiles:
         # None when a live file has deletion vectors: reads are then Delta's own.
         self._files: list[_File] | None = []
 
-    def read(self, spark: SparkSession, start: datetime, end: datetime | None) -> DataFrame:
+    def read(
+        self,
+        spark: SparkSession,
+        start: datetime,
+        end: datetime | None,
+        near: Sequence[tuple[datetime, datetime]] | None = None,
+    ) -> DataFrame:
         """The table's rows whose ``column`` lies in ``[start, end]`` (no end: from ``start``
-        on), at its latest version. Naive datetimes are local time, as PySpark takes them.
+        on), at its latest version; with ``near`` (UTC windows), only those of the files that
+        may hold a value in one of them. Naive datetimes are local time, as PySpark takes
+        them.
         """
         delta_log, snapshot = self._latest(spark)
         since = F.col(self.column) >= F.lit(start)
@@ -70,7 +79,9 @@ class LiveFiles:
         jvm: Any = spark.sparkContext._jvm
         chosen = jvm.java.util.ArrayList()
         for file in self._files:
-            if file.may_hold(low, high):
+            if file.may_hold(low, high) and (
+                near is None or any(file.may_hold(*window) for window in near)
+            ):
                 chosen.add(file.action)
         files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(chosen).toSeq()
         chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
