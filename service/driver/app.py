@@ -49,7 +49,12 @@ from service.lake.evolution import Evolution, apply_evolution, plan_evolution
 from service.lake.invariants import reconcile
 from service.lake.lakeview import LakeReader
 from service.lake.lease import DriverLease, acquire_driver_lease
-from service.lake.maintenance import maintenance_for
+from service.lake.maintenance import (
+    MAINTAINED_FILE,
+    MaintenanceRecord,
+    TableMaintenance,
+    maintenance_for,
+)
 from service.lake.object_files import ObjectFiles
 from service.lake.tables import OPERATOR_TABLES, QuerySpec, Table
 from service.streaming.queries import (
@@ -272,11 +277,19 @@ def _start_queries(
     nothing more."""
     specs: list[QuerySpec] = list(_queries(settings))
     ingest_batches = IngestBatches(trigger_seconds(settings, IngestQuery.pool, available_now))
+    files = ObjectFiles(settings)
+
+    def maintenance(spec: QuerySpec) -> TableMaintenance | None:
+        record = f"{checkpoint_location(settings, spec.name)}/{MAINTAINED_FILE}"
+        return maintenance_for(
+            spec, settings, specs, metrics.maintenance, MaintenanceRecord(files, record)
+        )
+
     for spec in ingest_queries(settings):
         if stop_requested.is_set():
             return
         ranges = BatchRanges(
-            ObjectFiles(settings),
+            files,
             checkpoint_location(settings, spec.name),
             spec.topic,
             {lost.partition: lost.earliest for lost in skipped if lost.query == spec.name},
@@ -288,7 +301,7 @@ def _start_queries(
             lease.fence,
             ingest_batches,
             ranges,
-            maintenance_for(spec, settings, specs, metrics.maintenance),
+            maintenance(spec),
         )
         handle = start_ingest_query(
             spark, settings, spec, streams[spec.name], writer, available_now
@@ -299,8 +312,7 @@ def _start_queries(
     for gold in _gold(settings):
         if stop_requested.is_set():
             return
-        maintenance = maintenance_for(gold, settings, specs, metrics.maintenance)
-        gold_writer = GoldWriter(gold, settings, lease.fence, maintenance, ingest_batches)
+        gold_writer = GoldWriter(gold, settings, lease.fence, maintenance(gold), ingest_batches)
         handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
         running.add(gold, handle, gold_writer)
 

@@ -6,7 +6,10 @@ writes it, so silver/quarantine, written by both ingest queries, belongs to
 micro-batches, after a batch's commits (`service.streaming.queries.QueryWriter.writing`):
 maintenance never runs concurrently with the table's own writer, so the users
 MERGE cannot meet a concurrent OPTIMIZE. A table is due one maintenance interval
-after its query started, then one interval after its last run, successful or not.
+after its last run, successful or not, or after the first start of its query's
+checkpoint: the times are kept in the checkpoint (`MAINTAINED_FILE`), so a driver
+restarted more often than the interval still maintains its tables (counted from each
+start, they were never due, and their files grew with every batch).
 A run counts the files of the table's snapshot, compacts when there are at least
 ``maintenance_min_files`` of them (a ``dataChange=false`` commit that stream
 readers skip), then VACUUMs files unreferenced for longer than the retention,
@@ -17,8 +20,9 @@ ownership and compaction decisions are pure; `TableMaintenance` does the I/O.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,6 +40,38 @@ log = structlog.get_logger(__name__)
 # plus the appends another query may have made to a shared table meanwhile).
 _VACUUM_HISTORY_COMMITS = 5
 _MAX_ERROR_CHARS = 500
+# Our file in the owning query's checkpoint: unix seconds of each table's last
+# maintenance (or of the checkpoint's first start, until its first), as a JSON object.
+MAINTAINED_FILE = "lakehouse-ingest-maintained"
+
+
+class CheckpointTexts(Protocol):
+    """Reading and writing a small file (`service.lake.object_files.ObjectFiles`)."""
+
+    def read_text(self, uri: str) -> str | None: ...
+    def write_text(self, uri: str, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class MaintenanceRecord:
+    """Where the tables' maintenance times are kept: ``uri`` (the owning query's checkpoint's
+    `MAINTAINED_FILE`), read and written through ``files``."""
+
+    files: CheckpointTexts
+    uri: str
+
+
+def recorded_runs(text: str | None, tables: Iterable[str], now: float) -> dict[str, float]:
+    """Each table's last run in ``text`` (a record's content; none or unreadable: ``now``),
+    never after ``now`` (pure)."""
+    try:
+        kept = json.loads(text) if text else {}
+    except ValueError:
+        kept = {}
+    runs = kept if isinstance(kept, dict) else {}
+    return {
+        t: min(float(v), now) if isinstance(v := runs.get(t), int | float) else now for t in tables
+    }
 
 
 class MaintenanceSink(Protocol):
@@ -96,6 +132,7 @@ def maintenance_for(
     settings: Settings,
     peers: Sequence[QuerySpec],
     metrics: MaintenanceSink,
+    record: MaintenanceRecord | None = None,
 ) -> TableMaintenance | None:
     """The maintenance ``query``'s writer runs (of the tables it owns among ``peers``).
 
@@ -105,7 +142,7 @@ def maintenance_for(
     if not policy.enabled:
         return None
     owned = owned_tables(query.name, query.tables, peers)
-    return TableMaintenance(settings.storage_uri, owned, policy, metrics)
+    return TableMaintenance(settings.storage_uri, owned, policy, metrics, record=record)
 
 
 def compaction_due(files: int, min_files: int) -> bool:
@@ -114,11 +151,22 @@ def compaction_due(files: int, min_files: int) -> bool:
 
 
 class MaintenanceSchedule:
-    """When each table is due: one interval after start, then one interval after its last run."""
+    """When each table is due: one interval after its last run (``last_runs``; else ``now``)."""
 
-    def __init__(self, tables: Iterable[str], interval_seconds: float, now: float) -> None:
+    def __init__(
+        self,
+        tables: Iterable[str],
+        interval_seconds: float,
+        now: float,
+        last_runs: Mapping[str, float] | None = None,
+    ) -> None:
         self._interval = interval_seconds
-        self._last_run = dict.fromkeys(tables, now)
+        self._last_run = {t: (last_runs or {}).get(t, now) for t in tables}
+
+    @property
+    def last_runs(self) -> dict[str, float]:
+        """Each table's last run (or the start it counts from)."""
+        return dict(self._last_run)
 
     def due(self, now: float) -> list[str]:
         """The tables whose interval has passed at ``now`` (none when the interval is 0)."""
@@ -152,13 +200,21 @@ class TableMaintenance:
         tables: Iterable[Table],
         policy: MaintenancePolicy,
         metrics: MaintenanceSink,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+        record: MaintenanceRecord | None = None,
     ) -> None:
         self._uris = {t.name: t.uri(storage_uri) for t in tables}
         self._policy = policy
         self._metrics = metrics
         self._clock = clock
-        self._schedule = MaintenanceSchedule(self._uris, policy.interval_seconds, clock())
+        self._record = record
+        now = clock()
+        text = self._read_record()
+        self._schedule = MaintenanceSchedule(
+            self._uris, policy.interval_seconds, now, recorded_runs(text, self._uris, now)
+        )
+        # A new record is written once the query runs (its checkpoint exists by then).
+        self._unrecorded = record is not None and text is None
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -172,12 +228,37 @@ class TableMaintenance:
     def run_due(self, spark: SparkSession) -> list[MaintenanceOutcome]:
         """Maintain every due table in turn; return what succeeded (failures are logged)."""
         outcomes = []
-        for table in self.due():
+        due = self.due()
+        for table in due:
             outcome = self.maintain(spark, table)
             self._schedule.ran(table, self._clock())
             if outcome is not None:
                 outcomes.append(outcome)
+        if due or self._unrecorded:
+            self._write_record()
         return outcomes
+
+    def _read_record(self) -> str | None:
+        if self._record is None:
+            return None
+        try:
+            return self._record.files.read_text(self._record.uri)
+        except Exception as e:  # noqa: BLE001 - maintenance must never stop a query
+            log.warning(
+                "maintenance_record_unreadable", uri=self._record.uri, error=error_summary(e)
+            )
+            return None
+
+    def _write_record(self) -> None:
+        if self._record is None:
+            return
+        try:
+            self._record.files.write_text(
+                self._record.uri, json.dumps(self._schedule.last_runs, sort_keys=True)
+            )
+            self._unrecorded = False
+        except Exception as e:  # noqa: BLE001 - retried after the next run
+            log.warning("maintenance_record_failed", uri=self._record.uri, error=error_summary(e))
 
     def maintain(self, spark: SparkSession, table: str) -> MaintenanceOutcome | None:
         """Compact ``table`` if it has enough files, then VACUUM it; None if that failed.

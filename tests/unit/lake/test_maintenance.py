@@ -18,16 +18,20 @@ from service.gold.queries import gold_queries
 from service.ingest.query import ingest_queries
 from service.lake.delta import append_once, ensure_table
 from service.lake.maintenance import (
+    MAINTAINED_FILE,
     MaintenanceOutcome,
     MaintenancePolicy,
+    MaintenanceRecord,
     MaintenanceSchedule,
     TableMaintenance,
     compaction_due,
     error_summary,
     maintenance_for,
     owned_tables,
+    recorded_runs,
     table_owners,
 )
+from service.lake.object_files import ObjectFiles
 from service.lake.tables import (
     OFFSET_GAPS_TABLE,
     OPERATOR_TABLES,
@@ -47,7 +51,7 @@ NOW = 1_800_000_000.0
 
 
 class Clock:
-    """A settable monotonic clock."""
+    """A settable clock."""
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
@@ -142,14 +146,46 @@ def test_a_zero_interval_maintains_nothing() -> None:
     assert maintenance_for(users, off, [users], MaintenanceMetrics()) is None
 
 
+def test_recorded_runs_are_read_back_never_after_now_and_unreadable_ones_count_from_now() -> None:
+    tables = ["bronze/users", "silver/users"]
+    text = json.dumps({"bronze/users": 100.0, "silver/users": NOW + HOUR, "gone": 5})
+    assert {"bronze/users": 100.0, "silver/users": NOW} == recorded_runs(text, tables, NOW)
+    for unreadable in (None, "", "{", "[1]", '{"bronze/users": "soon"}'):
+        assert NOW == recorded_runs(unreadable, tables, NOW)["bronze/users"]
+
+
+def test_the_schedule_carries_over_a_restart_through_the_checkpoint(tmp_path: Path) -> None:
+    record = MaintenanceRecord(ObjectFiles(Settings()), f"file:{tmp_path}/{MAINTAINED_FILE}")
+    clock = Clock(NOW)
+
+    def restarted() -> RecordingMaintenance:
+        return RecordingMaintenance(clock, record)
+
+    first = restarted()
+    first.run_due(None)  # type: ignore[arg-type]  # none due: the checkpoint's first start
+    assert {USERS.name: NOW} == json.loads((tmp_path / MAINTAINED_FILE).read_text())
+    # Restarts every 40 minutes: counted from each start, the table would never be due.
+    clock.now = NOW + 40 * 60
+    restarted().run_due(None)  # type: ignore[arg-type]
+    clock.now = NOW + 80 * 60
+    second = restarted()
+    second.run_due(None)  # type: ignore[arg-type]
+    assert [USERS.name] == second.maintained
+    assert {USERS.name: clock.now} == json.loads((tmp_path / MAINTAINED_FILE).read_text())
+    clock.now += 30 * 60
+    third = restarted()
+    third.run_due(None)  # type: ignore[arg-type]
+    assert [] == third.maintained
+
+
 # -- the writer's hook -----------------------------------------------------------------------
 
 
 class RecordingMaintenance(TableMaintenance):
     """Maintenance that records which tables it was asked to maintain."""
 
-    def __init__(self, clock: Clock) -> None:
-        super().__init__("file:/lake", [USERS], POLICY, MaintenanceMetrics(), clock)
+    def __init__(self, clock: Clock, record: MaintenanceRecord | None = None) -> None:
+        super().__init__("file:/lake", [USERS], POLICY, MaintenanceMetrics(), clock, record)
         self.maintained: list[str] = []
 
     def maintain(self, spark: SparkSession, table: str) -> MaintenanceOutcome | None:
