@@ -104,7 +104,8 @@ class QueryWriter:
     def writing(self, batch_id: int) -> Iterator[None]:
         """Mark batch ``batch_id`` as being written for the duration of the block.
 
-        After the block succeeded, the due maintenance of the query's tables runs here,
+        After the block succeeded, the due maintenance of the query's tables runs here
+        (and the first batch records when its schedule started, `MaintenanceRecord`),
         in the query's thread, before the next batch: never beside the tables' writer.
         It is still part of the batch in flight, so a graceful stop waits for it.
 
@@ -120,7 +121,7 @@ class QueryWriter:
         try:
             yield
             self.last_batch_id = batch_id
-            if self.maintenance is not None and self.maintenance.due():
+            if self.maintenance is not None:
                 self.maintenance.run_due(SparkSession.active())
         finally:
             self._in_flight = None

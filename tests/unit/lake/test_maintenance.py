@@ -194,14 +194,16 @@ class RecordingMaintenance(TableMaintenance):
 
 
 def test_writer_maintains_due_tables_after_a_batch_that_succeeded_only(
-    spark: SparkSession,
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     clock = Clock()
     writer = QueryWriter("ingest_users", fence=lambda: None)
-    writer.maintenance = maintenance = RecordingMaintenance(clock)
+    record = MaintenanceRecord(ObjectFiles(Settings()), f"file:{tmp_path}/{MAINTAINED_FILE}")
+    writer.maintenance = maintenance = RecordingMaintenance(clock, record)
 
     with writer.writing(0):
-        pass  # not due yet
+        pass  # not due yet, but the schedule's start is recorded
+    assert {USERS.name: 0.0} == json.loads((tmp_path / MAINTAINED_FILE).read_text())
     clock.now = HOUR
     with pytest.raises(RuntimeError), writer.writing(1):
         raise RuntimeError("the batch failed")
