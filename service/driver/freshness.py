@@ -15,18 +15,12 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from service.background import PeriodicWorker
+from service.lake.object_files import CheckpointTexts
 
 # Our file in an ingest query's checkpoint: unix seconds of its last caught-up moment.
 CAUGHT_UP_FILE = "lakehouse-ingest-caught-up"
 # How often the time is written when it advances (a small write per query).
 KEEP_SECONDS = 30.0
-
-
-class CheckpointTexts(Protocol):
-    """Reading and writing a small file (`service.lake.object_files.ObjectFiles`)."""
-
-    def read_text(self, uri: str) -> str | None: ...
-    def write_text(self, uri: str, text: str) -> None: ...
 
 
 class CaughtUpSink(Protocol):

@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.lake.delta import Commit
-from service.lake.live_files import LiveFiles
+from service.lake.live_files import LiveFiles, Window
 
 # Readings a batch may have for its ids to be collected to the driver.
 SMALL_BATCH = 10_000
@@ -54,9 +54,6 @@ def utc_from_micros(micros: int) -> datetime:
     """A UTC datetime from microseconds since the epoch: exact in every time zone (a
     collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
     return _EPOCH + timedelta(microseconds=micros)
-
-
-Window = tuple[datetime, datetime]
 
 
 @dataclass(frozen=True)

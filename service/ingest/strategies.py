@@ -28,9 +28,9 @@ from service.ingest.dedup import find_duplicates, without_duplicates
 from service.ingest.entities_merge import merge_entities_once
 from service.ingest.modes import Entities, Events
 from service.ingest.offset_gaps import PartitionRead
-from service.ingest.recent_ids import RecentIds, Sighting, Window, utc_from_micros
+from service.ingest.recent_ids import RecentIds, Sighting, utc_from_micros
 from service.lake.delta import Commit
-from service.lake.live_files import LiveFiles
+from service.lake.live_files import LiveFiles, Window
 from service.lake.schemas import duplicates_schema
 from service.lake.tables import Table, contract_tables
 

@@ -25,6 +25,8 @@ from pyspark.sql import functions as F
 
 from service.lake.delta import Commit, latest_snapshot, scala_items
 
+# An arrival range [start, end], UTC.
+Window = tuple[datetime, datetime]
 # Delta writes timestamp statistics truncated to the millisecond.
 _STATS_PRECISION = timedelta(milliseconds=1)
 
@@ -63,7 +65,7 @@ class LiveFiles:
         spark: SparkSession,
         start: datetime,
         end: datetime | None,
-        near: Sequence[tuple[datetime, datetime]] | None = None,
+        near: Sequence[Window] | None = None,
     ) -> DataFrame:
         """The table's rows whose ``column`` lies in ``[start, end]`` (no end: from ``start``
         on), at its latest version; with ``near`` (UTC windows), only those of the files that

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
+from service.lake.object_files import CheckpointTexts
 from service.lake.tables import QuerySpec, Table
 
 log = structlog.get_logger(__name__)
@@ -43,13 +44,6 @@ _MAX_ERROR_CHARS = 500
 # Our file in the owning query's checkpoint: unix seconds of each table's last
 # maintenance (or of the checkpoint's first start, until its first), as a JSON object.
 MAINTAINED_FILE = "lakehouse-ingest-maintained"
-
-
-class CheckpointTexts(Protocol):
-    """Reading and writing a small file (`service.lake.object_files.ObjectFiles`)."""
-
-    def read_text(self, uri: str) -> str | None: ...
-    def write_text(self, uri: str, text: str) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,18 @@ verbs that must answer in a second beside a busy driver.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pyarrow import fs
 
 from service.config import Location, Settings
+
+
+class CheckpointTexts(Protocol):
+    """Reading and writing a small file (`service.lake.object_files.ObjectFiles`)."""
+
+    def read_text(self, uri: str) -> str | None: ...
+    def write_text(self, uri: str, text: str) -> None: ...
 
 
 class ObjectFiles:
