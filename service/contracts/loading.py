@@ -256,7 +256,7 @@ def parse_contract(
                 raise _bad(source, f"/x-lakehouse/{key}", f"{key} is for {only} contracts: {why}")
     prefixes = dict(extension.get("flatten", {}))
     fields = tuple(flatten(document.get("properties", {}), document.get("required", ()), prefixes))
-    paths = {f.path: f for f in fields}
+    paths = {f.path: f for f in fields if not f.others}
     conditionals = tuple(_conditionals(source, document, paths))
     partition = extension.get("partition_by")
     contract = Contract(

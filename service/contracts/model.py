@@ -64,6 +64,9 @@ class Field:
     schema: Mapping[str, Any] = field(hash=False, compare=False)
     pointer: str
     required: bool
+    # The members of the nested object at ``path`` beyond its properties, which its
+    # ``additionalProperties`` schema checks: a map column (``schema`` is that map's).
+    others: bool = False
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -267,7 +270,7 @@ class Contract:
     @property
     def top_level(self) -> tuple[str, ...]:
         """The known top-level property names (every other one is rescued or refused)."""
-        return tuple(f.path for f in self.fields if "." not in f.path)
+        return tuple(f.path for f in self.fields if "." not in f.path and not f.others)
 
     @property
     def leaves(self) -> tuple[Field, ...]:
@@ -277,7 +280,7 @@ class Contract:
     def field(self, path: str) -> Field:
         """The field at JSON path ``path``."""
         for f in self.fields:
-            if f.path == path:
+            if f.path == path and not f.others:
                 return f
         raise KeyError(path)
 
@@ -301,7 +304,9 @@ def flatten(
     column_prefix: str = "",
 ) -> list[Field]:
     """Every property of ``properties`` as a `Field`, a nested object's own properties right
-    after it, their columns named with its prefix (``prefixes``, default ``<name>_``)."""
+    after it, their columns named with its prefix (``prefixes``, default ``<name>_``), then,
+    when its ``additionalProperties`` is a schema, its other members (column
+    ``<prefix>others``)."""
     fields: list[Field] = []
     for name, schema in properties.items():
         here = f"{path}.{name}" if path else name
@@ -318,4 +323,9 @@ def flatten(
                 here,
                 prefix,
             )
+            others = schema.get("additionalProperties")
+            if isinstance(others, Mapping):
+                map_schema = {"type": "object", "additionalProperties": others}
+                fields.append(Field(here, f"{prefix}others", map_schema,
+                                    f"{at}/additionalProperties", False, others=True))  # fmt: skip
     return fields

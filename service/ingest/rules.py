@@ -55,8 +55,15 @@ _EXPECTED = {
 
 
 def json_fields(contract: Contract) -> dict[str, JsonField]:
-    """The contract's fields staged for checking, by JSON path (objects without a type)."""
-    return {f.path: json_field(f) for f in contract.fields}
+    """The contract's fields staged for checking, by JSON path (objects without a type; a
+    nested object's other members are no path's: `staged_field`)."""
+    return {f.path: json_field(f) for f in contract.fields if not f.others}
+
+
+def staged_field(f: Field, fields: Mapping[str, JsonField]) -> JsonField:
+    """The staged field of ``f`` among ``fields`` (`json_fields`); a nested object's other
+    members, staged by `with_other_members`, are a map field of their own."""
+    return json_field(f) if f.others else fields[f.path]
 
 
 def json_field(f: Field) -> JsonField:
@@ -73,12 +80,16 @@ def contract_violations(
     staged = json_fields(contract)
     rules: list[Violation] = []
     for f in contract.fields:
-        rules += _field_rules(contract, f, staged, today)
+        rules += (
+            _map_rules(f, json_field(f), today)
+            if f.others
+            else _field_rules(contract, f, staged, today)
+        )
     if not contract.rescue_unknown:
         rules.append(_unknown_fields(contract))
-    others = _others_field("", "", contract.document)
-    if others is not None:
-        rules += _map_rules(others, json_field(others), today)
+    root = _document_others(contract)
+    if root is not None:
+        rules += _map_rules(root, json_field(root), today)
     if contract.event_time is not None and max_future_seconds is not None:
         rules.append(_in_future(staged[contract.event_time], max_future_seconds))
     return [Violation(r.code, applies & r.broken, r.detail) for r in rules]
@@ -120,9 +131,6 @@ def _field_rules(
             )
     if f.is_object and f.schema.get("additionalProperties", True) is False:
         rules.append(_unknown_nested(f, field))
-    others = _others_field(f.path, f.pointer, f.schema) if f.is_object else None
-    if others is not None:
-        rules += _map_rules(others, json_field(others), today)
     return rules
 
 
@@ -529,17 +537,19 @@ def with_member_checks(
 
 def member_fields(contract: Contract) -> list[tuple[Field, JsonField]]:
     """Every field of ``contract`` with its staged field, and a map field standing for the
-    other members of each object whose ``additionalProperties`` is a schema (staged by
+    document's other members when its ``additionalProperties`` is a schema (staged by
     `with_other_members`)."""
-    staged = json_fields(contract)
-    pairs = [(f, staged[f.path]) for f in contract.fields]
-    return pairs + [(f, json_field(f)) for f, _ in _other_members(contract)]
+    fields = json_fields(contract)
+    pairs = [(f, staged_field(f, fields)) for f in contract.fields]
+    root = _document_others(contract)
+    return pairs + ([(root, json_field(root))] if root is not None else [])
 
 
 def with_other_members(records: DataFrame, contract: Contract) -> DataFrame:
     """``records`` (staged by `stage_fields`) with the map and the members of each object's
     other members that an ``additionalProperties`` schema checks (the document's: its
-    unknown top-level fields, kept in ``_rescued``; a nested object's: not kept)."""
+    unknown top-level fields, kept in ``_rescued``; a nested object's: its ``<prefix>others``
+    column)."""
     sites = [(json_field(f), members) for f, members in _other_members(contract)]
     if not sites:
         return records
@@ -551,14 +561,15 @@ def _other_members(contract: Contract) -> list[tuple[Field, Column]]:
     """(the map field standing for them, their map) of each object's other members an
     ``additionalProperties`` schema checks."""
     sites = []
-    root = _others_field("", "", contract.document)
+    root = _document_others(contract)
     if root is not None:
         sites.append((root, _without(json_object(F.col("_json")), contract.top_level)))
+    fields = json_fields(contract)
     for f in contract.fields:
-        others = _others_field(f.path, f.pointer, f.schema) if f.is_object else None
-        if others is not None:
-            members = F.try_variant_get(json_field(f).raw, "$", "map<string,variant>")
-            sites.append((others, _without(members, list(f.schema.get("properties", {})))))
+        if f.others:
+            members = F.try_variant_get(fields[f.path].raw, "$", "map<string,variant>")
+            declared = contract.field(f.path).schema.get("properties", {})
+            sites.append((f, _without(members, list(declared))))
     return sites
 
 
@@ -567,14 +578,15 @@ def _without(members: Column, names: Sequence[str]) -> Column:
     return F.map_filter(members, lambda k, _: ~k.isin(*names))
 
 
-def _others_field(path: str, pointer: str, schema: Mapping[str, Any]) -> Field | None:
-    """A map field (at the object's ``path``, "" for the document) whose values' schema is
-    the object's ``additionalProperties``, when that is a schema."""
-    others = schema.get("additionalProperties")
+def _document_others(contract: Contract) -> Field | None:
+    """A map field (path "") whose values' schema is the document's
+    ``additionalProperties``, when that is a schema: its other members, kept in
+    ``_rescued``."""
+    others = contract.document.get("additionalProperties")
     if not isinstance(others, Mapping):
         return None
     map_schema = {"type": "object", "additionalProperties": others}
-    return Field(path, path, map_schema, f"{pointer}/additionalProperties", required=False)
+    return Field("", "", map_schema, "/additionalProperties", required=False, others=True)
 
 
 def _details(f: Field, field: JsonField, today: Column) -> Callable[[Column], Column]:
@@ -674,9 +686,9 @@ def _unique_items(f: Field, field: JsonField) -> Violation:
 
 def typed_record(contract: Contract) -> dict[str, Column]:
     """The typed columns of a valid payload (null where invalid) by name, in document order."""
-    staged = json_fields(contract)
+    fields = json_fields(contract)
     return {
-        column.name: staged[f.path].as_type(column.dataType).alias(column.name)
+        column.name: staged_field(f, fields).as_type(column.dataType).alias(column.name)
         for f, column in zip(contract.leaves, contract.payload_columns(), strict=True)
     }
 

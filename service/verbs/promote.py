@@ -81,11 +81,12 @@ class PromoteReport:
 def promotable(contract: Contract, names: list[str]) -> list[Field]:
     """The top-level, non-object fields ``names`` of ``contract``; `ConfigError` otherwise."""
     fields = []
+    top_level = [f.path for f in contract.leaves if "." not in f.path and not f.others]
     for name in names:
-        if name not in contract.top_level or contract.field(name).is_object:
+        if name not in top_level:
             raise ConfigError(
                 f"promote: {name!r} is not a top-level field of contract {contract.name} "
-                f"(fields: {', '.join(f.path for f in contract.leaves if '.' not in f.path)})"
+                f"(fields: {', '.join(top_level)})"
             )
         fields.append(contract.field(name))
     return fields

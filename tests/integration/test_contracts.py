@@ -128,6 +128,8 @@ DEVICES: dict[str, Any] = {
                 "site": {"type": ["string", "null"]},
                 "rack": {"$ref": "#/$defs/Count"},
             },
+            # Other members: short texts, kept in the map column location_others.
+            "additionalProperties": {"type": "string", "maxLength": 8},
         },
         "Count": {"type": ["integer", "null"], "minimum": 0},
     },
@@ -209,8 +211,8 @@ def orders_corpus() -> list[tuple[str, bytes, str | None]]:
 def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
     """(key, value, code): d-1 updated twice (the newer one sent first), d-2 deleted, d-3
     with a location, free-form labels, ports and a calibration map, framed by a schema
-    registry serializer, d-4's firmware broken, d-5's rack, d-6's ports repeating one, a
-    tombstone without a key."""
+    registry serializer, d-4's firmware broken, d-5's rack, d-6's ports repeating one, d-7's
+    location with another member of the wrong type, a tombstone without a key."""
 
     def device(device_id: str, minute: int, **fields: Any) -> bytes:
         body = {"device_id": device_id, "updated_at": at(minute), "model": "t-1000", **fields}
@@ -229,7 +231,7 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
             + device(
                 "d-3",
                 15,
-                location={"site": "ams", "rack": 4},
+                location={"site": "ams", "rack": 4, "row": "b", "room": "2.13"},
                 labels={"tier": "gold", "ports": [1, 2]},
                 ports=[8080, 443],
                 calibration={"gain": 1.5, "offset": -2},
@@ -239,6 +241,7 @@ def devices_corpus() -> list[tuple[bytes | None, bytes | None, str | None]]:
         (b"d-4", device("d-4", 15, firmware="latest"), "invalid_value"),
         (b"d-5", device("d-5", 15, location={"site": "fra", "rack": -1}), "out_of_range"),
         (b"d-6", device("d-6", 15, ports=[22, 80, 22]), "invalid_value"),
+        (b"d-7", device("d-7", 15, location={"site": "ber", "row": 3}), "type_mismatch"),
         (b"", None, "type_mismatch"),
     ]
 
@@ -369,6 +372,8 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     }
     assert sorted(quarantined_orders.values()) == by_topic[orders_topic]
     assert sorted(c for *_, c in devices if c) == by_topic[devices_topic]
+    [d7] = [r for r in quarantine if r.key_text == "d-7"]
+    assert d7.error_detail == "location.row: expected a JSON string, got integer"
     silver_orders = {r.order_id: r for r in rows(spark, lake, "silver/orders")}
     assert {f"o-{i}" for i in range(1, VALID_ORDERS + 1)} == set(silver_orders)
     assert json.loads(silver_orders["o-1"]._rescued) == {"priority": "high"}
@@ -378,6 +383,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
     assert devices_now["d-1"].firmware == "2.0"  # the newer update, though sent first
     assert devices_now["d-2"].is_deleted
     assert (devices_now["d-3"].location_site, devices_now["d-3"].location_rack) == ("ams", 4)
+    assert devices_now["d-3"].location_others == {"row": "b", "room": "2.13"}
     assert devices_now["d-3"].labels == '{"ports":[1,2],"tier":"gold"}'
     assert devices_now["d-1"].labels is None
     assert (devices_now["d-3"].ports, devices_now["d-1"].ports) == ([8080, 443], None)

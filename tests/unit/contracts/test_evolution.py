@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     BooleanType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -261,6 +262,29 @@ def test_an_object_without_properties_kept_since_is_a_new_column_of_a_lake_writt
 
     column = StructField("attributes", StringType(), nullable=True)
     assert [Change("attributes", "a new optional field", False, add_column=column)] == changes
+    assert refusal(new, changes) is None
+
+
+def test_a_nested_objects_other_members_kept_since_are_a_new_column_of_a_lake_written_before() -> (
+    None
+):
+    # A release before checked them with the additionalProperties schema and kept none.
+    shipping = {
+        "type": ["object", "null"],
+        "properties": {"city": {"type": ["string", "null"]}},
+        "additionalProperties": {"type": "integer"},
+    }
+    document = edited(orders(), add("shipping", shipping))
+    new = contract(document)
+    assert [c.name for c in silver(new).fields][5:7] == ["shipping_city", "shipping_others"]
+    before = StructType([c for c in silver(new).fields if c.name != "shipping_others"])
+
+    changes = table_changes(new, silver(new), before, document)
+
+    column = StructField("shipping_others", MapType(StringType(), LongType()), nullable=True)
+    assert [Change("shipping_others", "a new optional field", False, add_column=column)] == (
+        changes
+    )
     assert refusal(new, changes) is None
 
 

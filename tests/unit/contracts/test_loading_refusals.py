@@ -444,6 +444,11 @@ def test_an_extension_or_annotation_mistake_is_refused_with_one_line(
             flatten={"shipping": "ship_"}),
          "/properties/shipping/properties/city: column 'ship_city' is also made by"
          " /properties/ship_city"),
+        (orders_with(lambda d: d["properties"].update(
+            shipping={"type": ["object", "null"], "properties": {"others": {"type": "string"}},
+                      "additionalProperties": {"type": "integer"}})),
+         "/properties/shipping/additionalProperties: column 'shipping_others' is also made by"
+         " /properties/shipping/properties/others"),
         (orders_with(set_property("order.note", {"type": ["string", "null"]})),
          "/properties/order.note: 'order.note' cannot name a column: Delta refuses spaces and"
          " ,;{}()=, tabs and newlines, a dot would read as a nested field"),
@@ -456,7 +461,7 @@ def test_an_extension_or_annotation_mistake_is_refused_with_one_line(
     ],
     ids=["_rescued", "_schema_id", "kafka_topic", "ingested_at-any-case", "is_deleted",
          "deleted_at", "partition-ingested_at", "derived-kafka_offset", "derived-partition",
-         "partition-a-field", "flatten", "dot", "duplicates-id"],
+         "partition-a-field", "flatten", "others", "dot", "duplicates-id"],
 )  # fmt: skip
 def test_a_column_the_lake_adds_or_another_makes_is_refused(
     document: dict[str, Any], expected: str

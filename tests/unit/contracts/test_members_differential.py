@@ -11,7 +11,8 @@ product decides otherwise and `test_contract_differential` covers: integers writ
 fraction (``-0.0`` among integers), integers beyond 64 bits, and strings a ``date-time``
 only notes (the validator asserts no format). An array of objects (required, unknown and
 mistyped properties, null elements) is among them, and ``additionalProperties`` schemas
-checking the other members of the document and of a nested object.
+checking the other members of the document and of a nested object, whose valid records'
+other members silver keeps (``shipping_others``).
 """
 
 from __future__ import annotations
@@ -114,6 +115,14 @@ def member_value(rng: random.Random, name: str) -> Any:
     return {k: rng.choice([1, 2, 3, None, 0, 4, "1", 1.5]) for k in keys}
 
 
+def shipping_others(shipping: Any) -> dict[str, Any] | None:
+    """The members of a valid record's ``shipping`` beyond its properties, as silver keeps
+    them (an empty map where there are none, null where the object is)."""
+    if shipping is None:
+        return None
+    return {k: v for k, v in shipping.items() if k != "steps"}
+
+
 def corpus(rng: random.Random) -> list[dict[str, Any]]:
     documents = []
     for _ in range(RECORDS):
@@ -136,7 +145,9 @@ def test_arrays_and_maps_judge_records_as_a_json_schema_validator_does(
     records = [(str(i), json.dumps(d)) for i, d in enumerate(documents)]
 
     parsed = parse_records(contract, bronze_frame(spark, records, "orders"), 4096, None)
-    rows = parsed.select("key_text", "error_code", "error_detail").collect()
+    rows = parsed.select(
+        "key_text", "error_code", "error_detail", "record.shipping_others"
+    ).collect()
 
     validator = Draft202012Validator(document)
     expected = {str(i): validator.is_valid(d) for i, d in enumerate(documents)}
@@ -151,3 +162,8 @@ def test_arrays_and_maps_judge_records_as_a_json_schema_validator_does(
     named = {r["error_detail"].split(":")[0].split("[")[0].split(".")[0] for r in rows
              if r["error_code"] is not None}  # fmt: skip
     assert set(MEMBERS) <= named
+    # A valid record's shipping keeps the members its additionalProperties schema checks.
+    kept = {r["key_text"]: r["shipping_others"] for r in rows if r["error_code"] is None}
+    others = {k: shipping_others(documents[int(k)].get("shipping")) for k in kept}
+    assert others == kept
+    assert sum(1 for v in kept.values() if v) >= 50
