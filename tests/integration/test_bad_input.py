@@ -265,19 +265,19 @@ def user_state(row: Row) -> dict[str, Any]:
 
 
 def wait_for_rows(
-    spark: SparkSession, uri: str, rows: int, driver: ServiceProcess, timeout: float = 600
+    lake: Lake, table: str, rows: int, driver: ServiceProcess, timeout: float = 600
 ) -> None:
-    """Until ``uri`` holds ``rows`` rows (the counts are checked exactly afterwards): the
+    """Until ``table`` holds ``rows`` rows (the counts are checked exactly afterwards): the
     bound is for a loaded machine, where a driver's first batches took over 4 minutes."""
     deadline = time.monotonic() + timeout
     count = 0
     while time.monotonic() < deadline:
-        count = spark.read.format("delta").load(uri).count()
+        count = lake.rows(table)
         if count >= rows:
             return
         time.sleep(2)
     raise AssertionError(
-        f"{uri} has {count} of {rows} rows after {timeout}s:\n{driver.log_text()[-3000:]}"
+        f"{table} has {count} of {rows} rows after {timeout}s:\n{driver.log_text()[-3000:]}"
     )
 
 
@@ -294,9 +294,9 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
         valid_users = sum(1 for c in CORPUS if c.topic == U and c.code is None)
         # Quarantine and silver are written after bronze, in the same micro-batch.
         rejected = sum(1 for c in CORPUS if c.code)
-        wait_for_rows(spark, lake.table("silver/quarantine"), rejected, driver)
-        wait_for_rows(spark, lake.table("silver/sensor_readings"), valid_readings, driver)
-        wait_for_rows(spark, lake.table("silver/users"), valid_users, driver)
+        wait_for_rows(lake, "silver/quarantine", rejected, driver)
+        wait_for_rows(lake, "silver/sensor_readings", valid_readings, driver)
+        wait_for_rows(lake, "silver/users", valid_users, driver)
         assert driver.alive(), driver.log_text()[-3000:]
         driver.terminate()
         assert 0 == driver.wait(timeout=120), driver.log_text()[-3000:]

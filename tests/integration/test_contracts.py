@@ -272,13 +272,6 @@ def rows(spark: SparkSession, lake: Lake, table: str) -> list[Any]:
     return spark.read.format("delta").load(lake.table(table)).collect()
 
 
-def count(spark: SparkSession, lake: Lake, table: str) -> int:
-    try:
-        return spark.read.format("delta").load(lake.table(table)).count()
-    except Exception:  # noqa: BLE001 - not created yet
-        return -1
-
-
 def scrape(driver: ServiceProcess) -> str:
     port = driver.events("running")[-1]["http_port"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -328,16 +321,22 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
         produce(lake.bootstrap_servers, orders_topic, [(b"c", orders[4][1])])
         produce(lake.bootstrap_servers, devices_topic, [(k, v) for k, v, _ in devices])
         expected_quarantine = len(quarantined_orders) + sum(1 for *_, c in devices if c)
-        wait_until(
-            lambda: (
-                count(spark, lake, "silver/quarantine") == expected_quarantine
-                and count(spark, lake, "silver/orders") == VALID_ORDERS
-                and count(spark, lake, "silver/orders_duplicates") == 1
-                and count(spark, lake, "silver/devices") == 3
-            ),
-            240,
-            "orders and devices in silver, quarantine and duplicates",
-        )
+
+        def ingested() -> bool:
+            # The tables, then the batches' progress (the metrics follow the commits).
+            return (
+                lake.rows("silver/quarantine") == expected_quarantine
+                and lake.rows("silver/orders") == VALID_ORDERS
+                and lake.rows("silver/orders_duplicates") == 1
+                and lake.rows("silver/devices") == 3
+                and [len(orders) + 1, len(devices)]
+                == [
+                    metric(scrape(driver), "lakehouse_ingest_input_rows_total", query=q)
+                    for q in ("ingest_orders", "ingest_devices")
+                ]
+            )
+
+        wait_until(ingested, 240, "orders and devices in silver, quarantine and duplicates")
         metrics = scrape(driver)
         assert {q["query"] for q in driver.events("query_started")} == {
             "ingest_orders",
@@ -492,9 +491,7 @@ def test_topics_from_contract_files_ingest_evolve_and_promote_with_no_code(
                 )
             ],
         )
-        wait_until(
-            lambda: count(spark, lake, "silver/orders") == VALID_ORDERS + 2, 180, "o-50 in silver"
-        )
+        wait_until(lambda: lake.rows("silver/orders") == VALID_ORDERS + 2, 180, "o-50 in silver")
         driver.terminate()
         assert 0 == driver.wait(timeout=120), driver.log_text()[-3000:]
     finally:
