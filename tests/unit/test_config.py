@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,7 @@ from service.kafka.admin import check_kafka_access
 from service.kafka.source import source_options
 from service.lake.tables import BRONZE_USERS
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("INGEST_", "AWS_")):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def test_defaults_follow_the_design_contract() -> None:

@@ -17,6 +17,8 @@ from service.config import load_settings
 from service.errors import ConfigError
 from tests.support.repo import REPO
 
+pytestmark = pytest.mark.usefixtures("clean_env")
+
 ORDERS = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -24,13 +26,6 @@ ORDERS = {
     "properties": {"order_id": {"type": "string"}},
     "x-lakehouse": {"name": "orders", "topic": "shop.orders", "mode": "events", "id": "order_id"},
 }
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("INGEST_", "AWS_")):
-            monkeypatch.delenv(name)
 
 
 @pytest.fixture

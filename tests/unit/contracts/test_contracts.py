@@ -25,14 +25,9 @@ from tests.support.contracts import DRAFT, orders, shipped
 from tests.support.contracts import refusal as contract_refusal
 from tests.support.repo import REPO
 
+pytestmark = pytest.mark.usefixtures("clean_env")
+
 SOURCE = "/contracts/users.json"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("INGEST_", "AWS_")):
-            monkeypatch.delenv(name)
 
 
 def write(directory: Path, name: str, document: dict[str, Any]) -> Path:
