@@ -6,7 +6,7 @@ import argparse
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -245,120 +245,147 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run the command, map failures to exit codes."""
     args = _parser().parse_args(argv)
     from service.config import load_settings
-    from service.failures import named_failure
     from service.logs import configure_logging, secret_values
 
-    log = structlog.get_logger("service")
     try:
         settings = load_settings()
     except ConfigError as e:
         print(f"lakehouse-ingest: {e}", file=sys.stderr)
         return EXIT_CONFIG
     # The verbs that print a report on stdout send their own logs to stderr.
-    reports = ("status", "migrate", "show", "reconcile", "replay-quarantine", "promote")
-    log_stream = sys.stderr if args.command in reports else sys.stdout
+    log_stream = sys.stderr if args.command in _REPORTS else sys.stdout
     configure_logging(settings.log_format, settings.log_level, secret_values(settings), log_stream)
     try:
         settings.contracts  # noqa: B018 - read once, at start: an invalid one stops every verb
-        if args.command == "run":
-            from service.driver.app import run
+        return _VERBS[args.command](args, settings)
+    except Exception as e:  # noqa: BLE001 - each failure is one line and an exit code
+        return _failed(e, settings)
 
-            return run(settings, available_now=args.available_now)
-        if args.command == "status":
-            from service.verbs.status import collect_status
 
-            report = collect_status(settings)
-            print(report.to_json() if args.json else report.to_text())
-            return 0 if report.ok else EXIT_FAILURE
-        if args.command == "migrate":
-            from service.verbs.migrate import migrate
+# The verbs that print a report on stdout.
+_REPORTS = ("status", "migrate", "show", "reconcile", "replay-quarantine", "promote")
 
-            migrated = migrate(settings)
-            print(f"migrated: {', '.join(migrated)}" if migrated else "nothing to migrate")
-            return 0
-        if args.command in ("show", "reconcile"):
-            return _lake_verb(args, settings)
-        if args.command == "promote":
-            from service.verbs.promote import promote
 
-            promoted = promote(settings, args.topic, args.fields)
-            print(promoted.to_json() if args.json else promoted.to_text())
-            return 0
-        if args.command == "replay-quarantine":
-            from service.verbs.replay import ReplayRequest, replay_quarantine
+def _failed(error: Exception, settings: Settings) -> int:
+    """Log ``error`` as one line (a traceback only for what no class names) and return the
+    command's exit code."""
+    from service.failures import named_failure
 
-            request = ReplayRequest(
-                error_codes=tuple(args.error_code or ()),
-                topic=args.topic,
-                since=args.since,
-                until=args.until,
-                time_column=args.by,
-                dry_run=args.dry_run,
-            )
-            replayed = replay_quarantine(settings, request)
-            print(replayed.to_json() if args.json else replayed.to_text())
-            return 0
-        from service.verbs.generate import GeneratorOptions, generate
-
-        if (args.readings is None) == (args.rate is None):
-            print(
-                "lakehouse-ingest generate: give exactly one of --readings or --rate",
-                file=sys.stderr,
-            )
-            return EXIT_CONFIG
-        options = GeneratorOptions(
-            users=args.users,
-            readings=args.readings,
-            rate=args.rate,
-            duration=args.duration,
-            seed=args.seed,
-            partitions=args.partitions,
-            bad_fraction=args.bad_fraction,
-            late_fraction=args.late_fraction,
-            duplicate_fraction=args.duplicate_fraction,
-            user_update_fraction=args.user_update_fraction,
-            tombstone_fraction=args.tombstone_fraction,
-            transaction_size=args.transaction_size,
-            abort_fraction=args.abort_fraction,
-        )
-        summary = generate(settings, options)
-        print(summary.to_json())
-        return 0
-    except KafkaAccessRefusedError as e:
-        log.error("kafka_access_refused", error=str(e))
+    log = structlog.get_logger("service")
+    if isinstance(error, KafkaAccessRefusedError):
+        log.error("kafka_access_refused", error=str(error))
         return EXIT_CONFIG
-    except ConfigError as e:
-        log.error("invalid_configuration", error=str(e))
+    if isinstance(error, ConfigError):
+        log.error("invalid_configuration", error=str(error))
         return EXIT_CONFIG
-    except (
-        CheckpointCorruptError,
-        CheckpointMismatchError,
-        ContractChangeRefusedError,
-        KafkaOffsetsLostError,
-        LeaseHeldError,
-        TableLayoutError,
-    ) as e:
-        log.error("refusing_to_start", error_class=type(e).__name__, error=str(e))
+    if isinstance(error, _REFUSALS):
+        log.error("refusing_to_start", error_class=type(error).__name__, error=str(error))
         return EXIT_REFUSED
-    except UnreachableError as e:
+    if isinstance(error, UnreachableError):
         event = (
-            "kafka_unreachable" if isinstance(e, KafkaUnreachableError) else "storage_unreachable"
+            "kafka_unreachable"
+            if isinstance(error, KafkaUnreachableError)
+            else "storage_unreachable"
         )
-        log.error(event, error_class=type(e).__name__, error=str(e))
+        log.error(event, error_class=type(error).__name__, error=str(error))
         return EXIT_UNREACHABLE
-    except IngestError as e:
-        log.error("failed", error_class=type(e).__name__, error=str(e))
+    if isinstance(error, IngestError):
+        log.error("failed", error_class=type(error).__name__, error=str(error))
         return EXIT_FAILURE
-    except Exception as e:
-        # Jobs outside a query (table preparation, the checkpoint checks) fail here.
-        named = named_failure(
-            str(e), settings.spark_local_dir, (settings.storage_uri, settings.checkpoint_uri)
+    # Jobs outside a query (table preparation, the checkpoint checks) fail here.
+    named = named_failure(
+        str(error), settings.spark_local_dir, (settings.storage_uri, settings.checkpoint_uri)
+    )
+    if named is not None:
+        log.error("failed", error_class=type(named).__name__, error=str(named))
+        return EXIT_FAILURE
+    log.exception("crashed")
+    return EXIT_FAILURE
+
+
+# Why a command refuses to start (exit 3).
+_REFUSALS = (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    ContractChangeRefusedError,
+    KafkaOffsetsLostError,
+    LeaseHeldError,
+    TableLayoutError,
+)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from service.driver.app import run
+
+    return run(settings, available_now=args.available_now)
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from service.verbs.status import collect_status
+
+    report = collect_status(settings)
+    print(report.to_json() if args.json else report.to_text())
+    return 0 if report.ok else EXIT_FAILURE
+
+
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from service.verbs.migrate import migrate
+
+    migrated = migrate(settings)
+    print(f"migrated: {', '.join(migrated)}" if migrated else "nothing to migrate")
+    return 0
+
+
+def _promote(args: argparse.Namespace, settings: Settings) -> int:
+    from service.verbs.promote import promote
+
+    promoted = promote(settings, args.topic, args.fields)
+    print(promoted.to_json() if args.json else promoted.to_text())
+    return 0
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    from service.verbs.replay import ReplayRequest, replay_quarantine
+
+    request = ReplayRequest(
+        error_codes=tuple(args.error_code or ()),
+        topic=args.topic,
+        since=args.since,
+        until=args.until,
+        time_column=args.by,
+        dry_run=args.dry_run,
+    )
+    replayed = replay_quarantine(settings, request)
+    print(replayed.to_json() if args.json else replayed.to_text())
+    return 0
+
+
+def _generate(args: argparse.Namespace, settings: Settings) -> int:
+    from service.verbs.generate import GeneratorOptions, generate
+
+    if (args.readings is None) == (args.rate is None):
+        print(
+            "lakehouse-ingest generate: give exactly one of --readings or --rate", file=sys.stderr
         )
-        if named is not None:
-            log.error("failed", error_class=type(named).__name__, error=str(named))
-            return EXIT_FAILURE
-        log.exception("crashed")
-        return EXIT_FAILURE
+        return EXIT_CONFIG
+    options = GeneratorOptions(
+        users=args.users,
+        readings=args.readings,
+        rate=args.rate,
+        duration=args.duration,
+        seed=args.seed,
+        partitions=args.partitions,
+        bad_fraction=args.bad_fraction,
+        late_fraction=args.late_fraction,
+        duplicate_fraction=args.duplicate_fraction,
+        user_update_fraction=args.user_update_fraction,
+        tombstone_fraction=args.tombstone_fraction,
+        transaction_size=args.transaction_size,
+        abort_fraction=args.abort_fraction,
+    )
+    summary = generate(settings, options)
+    print(summary.to_json())
+    return 0
 
 
 def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
@@ -390,6 +417,19 @@ def _lake_verb(args: argparse.Namespace, settings: Settings) -> int:
         # The reader went away (`| head`): stop quietly, and keep Python's exit flush quiet too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+# Each command's function: its arguments and the settings in, its exit code out.
+_VERBS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "run": _run,
+    "status": _status,
+    "migrate": _migrate,
+    "show": _lake_verb,
+    "reconcile": _lake_verb,
+    "promote": _promote,
+    "replay-quarantine": _replay,
+    "generate": _generate,
+}
 
 
 if __name__ == "__main__":
