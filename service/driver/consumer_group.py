@@ -5,10 +5,10 @@ Spark never commits offsets to Kafka (SPARK-27549 was closed unmerged), so
 this service. The driver commits each ingest query's checkpoint offsets to the consumer
 group ``INGEST_KAFKA_CONSUMER_GROUP`` (default: one per storage root,
 `Settings.consumer_group`) after every committed micro-batch (Spark reports a
-batch's progress once it is in the checkpoint), and at start the offsets the checkpoint
-holds then. Best effort: a failed commit is counted, logged once until one succeeds, and
-retried with the next; the group's offsets are never read back, the checkpoint stays the
-one source of truth.
+batch's progress once it is in the checkpoint), and at start and at a stop the offsets
+the checkpoint holds then. Best effort: a failed commit is counted, logged once until one
+succeeds, and retried with the next; the group's offsets are never read back, the
+checkpoint stays the one source of truth.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import structlog
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -25,6 +26,8 @@ from service.background import PeriodicWorker
 from service.config import Settings
 from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+
+log = structlog.get_logger(__name__)
 
 # How soon after a batch its offsets are committed, at most.
 _COMMIT_SECONDS = 1.0
@@ -105,18 +108,29 @@ class ConsumerGroupCommitter:
 
     def start(self) -> None:
         """Offer each checkpoint's committed offsets, then commit every second until `stop`."""
-        for query, uri in self._checkpoints.items():
+        for query in self._checkpoints:
             self._sink.consumer_group_declared(query)
-            offsets = read_checkpoint(self._files, uri).kafka_offsets
-            if offsets:
-                self.offer(query, offsets)
+        self._offer_checkpoints()
         self._worker.start()
 
     def stop(self) -> None:
-        """Commit what is pending, then stop and close the client."""
+        """Commit each checkpoint's offsets as the stop leaves them, then stop and close the
+        client. Spark's listener bus is asynchronous: the progress of a batch that ended
+        during the stop may come after it, or never (the group would trail the checkpoint
+        until the next start). Unreadable checkpoints leave what is pending."""
         self._worker.stop()
+        try:
+            self._offer_checkpoints()
+        except Exception as e:  # noqa: BLE001 - best effort, as every commit here
+            log.warning("consumer_group_final_offsets_unread", group=self.group, error=str(e))
         self._worker.run_once()
         self._consumer.close()
+
+    def _offer_checkpoints(self) -> None:
+        for query, uri in self._checkpoints.items():
+            offsets = read_checkpoint(self._files, uri).kafka_offsets
+            if offsets:
+                self.offer(query, offsets)
 
 
 def batch_end_offsets(sources: Sequence[Any]) -> dict[str, dict[int, int]]:
