@@ -564,12 +564,11 @@ def _other_members(contract: Contract) -> list[tuple[Field, Column]]:
     root = _document_others(contract)
     if root is not None:
         sites.append((root, _without(json_object(F.col("_json")), contract.top_level)))
-    fields = json_fields(contract)
     for f in contract.fields:
         if f.others:
-            members = F.try_variant_get(fields[f.path].raw, "$", "map<string,variant>")
-            declared = contract.field(f.path).schema.get("properties", {})
-            sites.append((f, _without(members, list(declared))))
+            owner = contract.field(f.path)  # the nested object
+            members = F.try_variant_get(json_field(owner).raw, "$", "map<string,variant>")
+            sites.append((f, _without(members, list(owner.schema.get("properties", {})))))
     return sites
 
 
@@ -586,7 +585,7 @@ def _document_others(contract: Contract) -> Field | None:
     if not isinstance(others, Mapping):
         return None
     map_schema = {"type": "object", "additionalProperties": others}
-    return Field("", "", map_schema, "/additionalProperties", required=False, others=True)
+    return Field("", "", map_schema, "/additionalProperties", required=False)
 
 
 def _details(f: Field, field: JsonField, today: Column) -> Callable[[Column], Column]:
