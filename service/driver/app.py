@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
@@ -28,22 +28,17 @@ from service.driver.consumer_group import CommittedOffsetsListener, ConsumerGrou
 from service.driver.freshness import CaughtUpKeeper
 from service.driver.http import HttpServer
 from service.driver.jvm import JvmSampler
-from service.driver.lag import LaggedQuery, LagPoller
-from service.driver.lake_audit import AuditedTopic, LakeAuditor
+from service.driver.lag import LagPoller
+from service.driver.lake_audit import LakeAuditor
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.driver.running import Health, RunningQueries, wait
 from service.gold.queries import GoldQuery, GoldWriter, gold_queries, start_gold_query
 from service.ingest.query import IngestQuery, ingest_queries, ingest_stream, start_ingest_query
 from service.ingest.writer import BatchOutcome, BatchWriter
 from service.kafka.admin import check_kafka_access, ensure_topics
-from service.kafka.lost_offsets import (
-    CheckedQuery,
-    LostOffsets,
-    check_lost_offsets,
-    record_skipped,
-)
+from service.kafka.lost_offsets import LostOffsets, check_lost_offsets, record_skipped
 from service.kafka.offsets import broker_offsets, offsets_consumer
-from service.lake.checkpoints import BatchRanges
+from service.lake.checkpoints import BatchRanges, QueryTarget
 from service.lake.delta import ensure_table
 from service.lake.evolution import Evolution, apply_evolution, plan_evolution
 from service.lake.invariants import reconcile
@@ -106,14 +101,15 @@ def run(settings: Settings, available_now: bool = False) -> int:
         context = spark.sparkContext
         components.start(JvmSampler(context._jvm, context._jsc.sc().statusTracker(), metrics.jvm))
         health.lease = lease
-        checkpoints = {
-            q.name: checkpoint_location(settings, q.name) for q in ingest_queries(settings)
-        }
-        components.start(CaughtUpKeeper(checkpoints, ObjectFiles(settings), metrics))
+        files = ObjectFiles(settings)
+        targets = [
+            QueryTarget(q.name, q.topic, checkpoint_location(settings, q.name))
+            for q in ingest_queries(settings)
+        ]
+        checkpoints = {t.name: t.checkpoint for t in targets}
+        components.start(CaughtUpKeeper(checkpoints, files, metrics))
         if settings.consumer_group:
-            committer = ConsumerGroupCommitter(
-                settings, checkpoints, ObjectFiles(settings), metrics
-            )
+            committer = ConsumerGroupCommitter(settings, checkpoints, files, metrics)
             spark.streams.addListener(CommittedOffsetsListener(committer, list(checkpoints)))
             components.start(committer)
         stable_ends = offsets_consumer(settings)
@@ -126,18 +122,15 @@ def run(settings: Settings, available_now: bool = False) -> int:
             return broker_offsets(stable_ends, topics)
 
         skipped = check_lost_offsets(
-            [_checked(settings, q) for q in ingest_queries(settings)],
-            ObjectFiles(settings),
+            targets,
+            files,
             lambda topics: broker_offsets(log_ends, topics),
             settings.kafka_skip_lost_offsets,
             stable,
         )
         auditor = LakeAuditor(
-            [
-                AuditedTopic(q.topic, checkpoint_location(settings, q.name))
-                for q in ingest_queries(settings)
-            ],
-            ObjectFiles(settings),
+            targets,
+            files,
             lambda increments: reconcile(
                 LakeReader.from_settings(settings), settings, None, increments
             ),
@@ -157,17 +150,16 @@ def run(settings: Settings, available_now: bool = False) -> int:
             running,
             streams,
             skipped,
+            checkpoints,
+            files,
             stop_requested,
             available_now,
         )
         components.start(
             LagPoller(
-                [
-                    LaggedQuery(q.name, q.topic, checkpoint_location(settings, q.name))
-                    for q in ingest_queries(settings)
-                ],
+                targets,
                 stable,
-                ObjectFiles(settings),
+                files,
                 metrics,
                 settings.kafka_starting_offsets == "earliest",
                 settings.lag_poll_seconds,
@@ -205,10 +197,6 @@ def _gold(settings: Settings) -> list[GoldQuery]:
 def _queries(settings: Settings) -> list[IngestQuery | GoldQuery]:
     """Every query of this deployment, ingest first."""
     return [*ingest_queries(settings), *_gold(settings)]
-
-
-def _checked(settings: Settings, query: IngestQuery) -> CheckedQuery:
-    return CheckedQuery(query.name, query.topic, checkpoint_location(settings, query.name))
 
 
 def _prepare_lake(
@@ -269,18 +257,19 @@ def _start_queries(
     running: RunningQueries,
     streams: dict[str, DataFrame],
     skipped: list[LostOffsets],
+    checkpoints: Mapping[str, str],
+    files: ObjectFiles,
     stop_requested: threading.Event,
     available_now: bool,
 ) -> None:
-    """Start the ingest queries, then the gold ones (with ``available_now``, once ingest
-    has drained: gold drains what ingest wrote). A stop requested meanwhile starts
-    nothing more."""
+    """Start the ingest queries (``checkpoints`` maps each to its checkpoint), then the
+    gold ones (with ``available_now``, once ingest has drained: gold drains what ingest
+    wrote). A stop requested meanwhile starts nothing more."""
     specs: list[QuerySpec] = list(_queries(settings))
     ingest_batches = IngestBatches(trigger_seconds(settings, IngestQuery.pool, available_now))
-    files = ObjectFiles(settings)
 
-    def maintenance(spec: QuerySpec) -> TableMaintenance | None:
-        record = f"{checkpoint_location(settings, spec.name)}/{MAINTAINED_FILE}"
+    def maintenance(spec: QuerySpec, checkpoint: str) -> TableMaintenance | None:
+        record = f"{checkpoint}/{MAINTAINED_FILE}"
         return maintenance_for(
             spec, settings, specs, metrics.maintenance, MaintenanceRecord(files, record)
         )
@@ -288,9 +277,10 @@ def _start_queries(
     for spec in ingest_queries(settings):
         if stop_requested.is_set():
             return
+        checkpoint = checkpoints[spec.name]
         ranges = BatchRanges(
             files,
-            checkpoint_location(settings, spec.name),
+            checkpoint,
             spec.topic,
             {lost.partition: lost.earliest for lost in skipped if lost.query == spec.name},
         )
@@ -301,7 +291,7 @@ def _start_queries(
             lease.fence,
             ingest_batches,
             ranges,
-            maintenance(spec),
+            maintenance(spec, checkpoint),
         )
         handle = start_ingest_query(
             spark, settings, spec, streams[spec.name], writer, available_now
@@ -312,7 +302,8 @@ def _start_queries(
     for gold in _gold(settings):
         if stop_requested.is_set():
             return
-        gold_writer = GoldWriter(gold, settings, lease.fence, maintenance(gold), ingest_batches)
+        maintained = maintenance(gold, checkpoint_location(settings, gold.name))
+        gold_writer = GoldWriter(gold, settings, lease.fence, maintained, ingest_batches)
         handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
         running.add(gold, handle, gold_writer)
 

@@ -10,14 +10,13 @@ next offset to read is from the log start, which retention moves up.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
 from service.background import PeriodicWorker
 from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS, partition_lag, retention_headroom
-from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+from service.lake.checkpoints import CheckpointFiles, QueryTarget, read_checkpoint
 
 log = structlog.get_logger(__name__)
 
@@ -29,15 +28,6 @@ class LagSink(Protocol):
     def kafka_lag_polled(
         self, query: str, topic: str, lags: Sequence[int], headroom: int | None
     ) -> None: ...
-
-
-@dataclass(frozen=True)
-class LaggedQuery:
-    """An ingest query whose lag is polled: its name, topic and checkpoint."""
-
-    name: str
-    topic: str
-    checkpoint: str
 
 
 class LagPoller:
@@ -53,7 +43,7 @@ class LagPoller:
 
     def __init__(
         self,
-        queries: Sequence[LaggedQuery],
+        queries: Sequence[QueryTarget],
         offsets: Callable[[Sequence[str]], Mapping[str, Any]],
         files: CheckpointFiles,
         sink: LagSink,

@@ -29,7 +29,7 @@ from typing import Protocol
 import structlog
 
 from service.background import PeriodicWorker
-from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+from service.lake.checkpoints import CheckpointFiles, QueryTarget, read_checkpoint
 from service.lake.invariants import Increment, Increments, Reconciliation
 
 log = structlog.get_logger(__name__)
@@ -37,14 +37,6 @@ log = structlog.get_logger(__name__)
 # How long `stop` waits for a check in progress (it reads with delta-rs, not Spark).
 _STOP_WAIT_SECONDS = 10.0
 _MAX_PROBLEMS_LOGGED = 20
-
-
-@dataclass(frozen=True)
-class AuditedTopic:
-    """An ingest query's topic and the checkpoint that says how far it committed."""
-
-    topic: str
-    checkpoint: str
 
 
 class ReconcileSink(Protocol):
@@ -112,13 +104,13 @@ class LakeAuditor:
 
     def __init__(
         self,
-        topics: Sequence[AuditedTopic],
+        queries: Sequence[QueryTarget],
         files: CheckpointFiles,
         check: Callable[[Increments], Reconciliation],
         sink: ReconcileSink,
         interval_seconds: float,
     ) -> None:
-        self._topics = list(topics)
+        self._queries = list(queries)
         self._files = files
         self._check = check
         self._sink = sink
@@ -136,9 +128,9 @@ class LakeAuditor:
 
     def _committed(self) -> dict[str, dict[int, int]]:
         committed: dict[str, dict[int, int]] = {}
-        for audited in self._topics:
-            offsets = read_checkpoint(self._files, audited.checkpoint).kafka_offsets
-            committed[audited.topic] = dict(offsets.get(audited.topic, {}))
+        for query in self._queries:
+            offsets = read_checkpoint(self._files, query.checkpoint).kafka_offsets
+            committed[query.topic] = dict(offsets.get(query.topic, {}))
         return committed
 
     def start_from_committed(self) -> None:

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from service.errors import KafkaOffsetsLostError
-from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+from service.lake.checkpoints import CheckpointFiles, QueryTarget, read_checkpoint
 from service.lake.schemas import SKIPPED_OFFSETS
 from service.lake.tables import SKIPPED_OFFSETS_TABLE
 
@@ -44,15 +44,6 @@ log = structlog.get_logger(__name__)
 
 RUNBOOK = "docs/runbooks/KafkaOffsetsLost.md"
 SKIP_SETTING = "INGEST_KAFKA_SKIP_LOST_OFFSETS"
-
-
-@dataclass(frozen=True)
-class CheckedQuery:
-    """An ingest query's topic and checkpoint."""
-
-    name: str
-    topic: str
-    checkpoint: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ class LostOffsets:
 
 
 def find_lost(
-    query: CheckedQuery,
+    query: QueryTarget,
     next_offsets: Mapping[int, int],
     broker: Mapping[int, tuple[int, int]],
     stable: Mapping[int, int] | None = None,
@@ -138,7 +129,7 @@ def find_lost(
 
 
 def check_lost_offsets(
-    queries: Sequence[CheckedQuery],
+    queries: Sequence[QueryTarget],
     files: CheckpointFiles,
     broker_offsets: Callable[[list[str]], Mapping[str, Any]],
     skip: bool,

@@ -36,6 +36,15 @@ class PlanFiles(CheckpointFiles, Protocol):
 
 
 @dataclass(frozen=True)
+class QueryTarget:
+    """An ingest query's name, the topic it reads and its checkpoint URI."""
+
+    name: str
+    topic: str
+    checkpoint: str
+
+
+@dataclass(frozen=True)
 class CheckpointState:
     """What a streaming checkpoint records: its query id, committed and planned batches.
 

@@ -12,9 +12,10 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from service.config import Settings
-from service.driver.lag import LaggedQuery, LagPoller
+from service.driver.lag import LagPoller
 from service.driver.metrics import IngestMetrics
 from service.kafka.offsets import PartitionStatus, partition_lag, retention_headroom
+from service.lake.checkpoints import QueryTarget
 from service.lake.object_files import ObjectFiles
 
 
@@ -85,7 +86,7 @@ def test_poller_measures_from_the_last_committed_batch_not_the_planned_one(tmp_p
     lags = Lags()
     broker = {"sensors": {0: (90, 150), 1: (40, 43)}}
     poller = LagPoller(
-        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        [QueryTarget("ingest_sensors", "sensors", checkpoint)],
         lambda topics: {t: broker[t] for t in topics},
         ObjectFiles(Settings()),
         lags,
@@ -114,7 +115,7 @@ def test_a_failed_poll_exports_nothing_and_logs_once_until_it_recovers(
     answers = [broker, broker, {"sensors": {0: (0, 9)}}]
     lags = Lags()
     poller = LagPoller(
-        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        [QueryTarget("ingest_sensors", "sensors", checkpoint)],
         lambda _topics: answers.pop(0),
         ObjectFiles(Settings()),
         lags,
@@ -134,7 +135,7 @@ def test_an_unreadable_checkpoint_is_measured_from_the_offsets_last_read(tmp_pat
     checkpoint = write_checkpoint(tmp_path / "cp", 0, {"sensors": {"0": 5}})
     lags = Lags()
     poller = LagPoller(
-        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        [QueryTarget("ingest_sensors", "sensors", checkpoint)],
         lambda _topics: {"sensors": {0: (0, 9)}},
         ObjectFiles(Settings()),
         lags,
@@ -157,7 +158,7 @@ def test_a_started_poller_whose_polls_fail_exports_its_start_as_the_last_poll(
     checkpoint = write_checkpoint(tmp_path / "cp", 0, {"sensors": {"0": 5}})
     registry = CollectorRegistry()
     poller = LagPoller(
-        [LaggedQuery("ingest_sensors", "sensors", checkpoint)],
+        [QueryTarget("ingest_sensors", "sensors", checkpoint)],
         lambda _topics: {"_error": "Kafka unreachable: timed out"},
         ObjectFiles(Settings()),
         IngestMetrics(registry, clock=lambda: 1_800_000_000.0),

@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from service.config import Settings
-from service.driver.lake_audit import AuditedTopic, Cursor, LakeAuditor, advance, plan
+from service.driver.lake_audit import Cursor, LakeAuditor, advance, plan
 from service.driver.metrics import IngestMetrics
+from service.lake.checkpoints import QueryTarget
 from service.lake.invariants import (
     Coverage,
     EntitiesCheck,
@@ -98,7 +99,7 @@ def test_the_auditor_checks_what_was_committed_since_and_exports_the_outcome(
 
     registry = CollectorRegistry()
     auditor = LakeAuditor(
-        [AuditedTopic("sensors", f"file:{checkpoint}")],
+        [QueryTarget("ingest_sensors", "sensors", f"file:{checkpoint}")],
         ObjectFiles(Settings()),
         check,
         IngestMetrics(registry),
@@ -137,7 +138,7 @@ def test_a_started_auditor_counts_its_start_as_the_last_check_until_one_complete
     registry = CollectorRegistry()
     metrics = IngestMetrics(registry, clock=lambda: 1_800_000_000.0)
     auditor = LakeAuditor(
-        [AuditedTopic("sensors", f"file:{checkpoint}")],
+        [QueryTarget("ingest_sensors", "sensors", f"file:{checkpoint}")],
         ObjectFiles(Settings()),
         lambda _increments: report([], 0, []),
         metrics,

@@ -9,16 +9,16 @@ import pytest
 
 from service.errors import KafkaOffsetsLostError
 from service.kafka.lost_offsets import (
-    CheckedQuery,
     LostOffsets,
     check_lost_offsets,
     find_lost,
     skipped_rows,
 )
+from service.lake.checkpoints import QueryTarget
 from tests.support.checkpoints import DictFiles
 
-SENSORS = CheckedQuery("ingest_sensors", "sensors", "cp/sensors")
-USERS = CheckedQuery("ingest_users", "users", "cp/users")
+SENSORS = QueryTarget("ingest_sensors", "sensors", "cp/sensors")
+USERS = QueryTarget("ingest_users", "users", "cp/users")
 
 
 def committed(uri: str, topic: str, offsets: Mapping[int, int]) -> dict[str, str]:
@@ -117,7 +117,7 @@ def test_nothing_to_check_without_commits_or_without_an_answer_from_the_brokers(
         asked.append(names)
         return {}
 
-    assert [] == check_lost_offsets([CheckedQuery("q", "t", "cp/none")], FILES, record, False)
+    assert [] == check_lost_offsets([QueryTarget("q", "t", "cp/none")], FILES, record, False)
     assert [] == asked
     unreachable = check_lost_offsets(
         [SENSORS], FILES, lambda names: {"_error": "Kafka unreachable"}, skip=False
