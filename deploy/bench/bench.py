@@ -57,6 +57,7 @@ from measurements import (  # noqa: E402
     resource_summary,
     scrape_metrics,
     table_stats,
+    written_summaries,
 )
 
 from service.config import (  # noqa: E402
@@ -383,14 +384,13 @@ def run_variant(
 
 
 def _query_summaries(log_path: Path, batches: Sequence[Batch]) -> dict[str, dict[str, Any]]:
-    """Per query: its batches, and the time inside ``foreachBatch`` where the service logs it."""
-    summaries = {query: batch_summary(group) for query, group in by_query(batches).items()}
-    for line in log_events(log_path, "batch_written"):
-        if "duration_ms" in line and line["query"] in summaries:
-            summary = summaries[line["query"]]
-            written = summary.get("foreach_batch_seconds_total", 0.0)
-            summary["foreach_batch_seconds_total"] = round(written + line["duration_ms"] / 1e3, 3)
-    return summaries
+    """Per query: its batches, and where the service logs them (``batch_written``) the time
+    inside ``foreachBatch`` and the Spark jobs per batch."""
+    written = written_summaries(log_events(log_path, "batch_written"))
+    return {
+        query: {**batch_summary(group), **written.get(query, {})}
+        for query, group in by_query(batches).items()
+    }
 
 
 def reconcile_backlog(
@@ -627,7 +627,7 @@ def summarise_sustained(
         },
         "kafka_lag": lag,
         "spark_max_offsets_behind_latest": _spark_lag_max(samples),
-        "batch_durations": {q: batch_summary(bs) for q, bs in by_query(batches).items()},
+        "batch_durations": _query_summaries(service.log_path, batches),
         "freshness": read_back_freshness(root),
         "resources_generating": resource_summary(generating),
         "resources_all": resource_summary(service.resources),
@@ -843,7 +843,17 @@ def print_backlog(result: Mapping[str, Any]) -> None:
     )
     print_table(
         "batches per query (trigger wall time; foreachBatch = inside the writer)",
-        ["variant / query", "batches", "rows", "total s", "p50 s", "max s", "foreachBatch s"],
+        [
+            "variant / query",
+            "batches",
+            "rows",
+            "total s",
+            "p50 s",
+            "max s",
+            "foreachBatch s",
+            "jobs p50",
+            "jobs max",
+        ],
         [
             [
                 f"{name} / {q}",
@@ -853,6 +863,8 @@ def print_backlog(result: Mapping[str, Any]) -> None:
                 s["seconds_p50"],
                 s["seconds_max"],
                 s.get("foreach_batch_seconds_total"),
+                s.get("spark_jobs_p50"),
+                s.get("spark_jobs_max"),
             ]
             for name, v in variants.items()
             for q, s in v["queries"].items()
@@ -889,10 +901,19 @@ def print_sustained(result: Mapping[str, Any]) -> None:
     )
     print(f"  the service's kafka_max_offsets_behind_latest, largest sampled: {spark_lag or '-'}")
     print_table(
-        "batch durations (s)",
-        ["query", "batches", "rows", "p50", "p99", "max"],
+        "batch durations (s) and Spark jobs per batch",
+        ["query", "batches", "rows", "p50", "p99", "max", "jobs p50", "jobs max"],
         [
-            [q, s["batches"], s["input_rows"], s["seconds_p50"], s["seconds_p99"], s["seconds_max"]]
+            [
+                q,
+                s["batches"],
+                s["input_rows"],
+                s["seconds_p50"],
+                s["seconds_p99"],
+                s["seconds_max"],
+                s.get("spark_jobs_p50"),
+                s.get("spark_jobs_max"),
+            ]
             for q, s in result["batch_durations"].items()
         ],
     )

@@ -15,7 +15,7 @@ import math
 import os
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -119,6 +119,27 @@ def batch_summary(batches: Sequence[Batch]) -> dict[str, Any]:
         "seconds_p50": _round(percentile(seconds, 0.5)),
         "seconds_p99": _round(percentile(seconds, 0.99)),
         "seconds_max": _round(max(seconds, default=None)),
+    }
+
+
+def written_summaries(lines: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per query, from its ``batch_written`` log lines: the time inside ``foreachBatch``
+    (seconds) and the Spark jobs each batch ran (total, p50, max)."""
+    durations: dict[str, list[float]] = {}
+    jobs: dict[str, list[int]] = {}
+    for line in lines:
+        if "duration_ms" in line:
+            durations.setdefault(line["query"], []).append(line["duration_ms"] / 1e3)
+        if "spark_jobs" in line:
+            jobs.setdefault(line["query"], []).append(int(line["spark_jobs"]))
+    return {
+        query: {
+            "foreach_batch_seconds_total": round(sum(durations.get(query, [])), 3),
+            "spark_jobs_total": sum(jobs.get(query, [])),
+            "spark_jobs_p50": _round(percentile(jobs.get(query, []), 0.5), 1),
+            "spark_jobs_max": max(jobs.get(query, []), default=None),
+        }
+        for query in {**durations, **jobs}
     }
 
 

@@ -178,13 +178,16 @@ def test_a_new_or_a_corrupt_checkpoint_over_existing_tables_is_refused(
     assert "docs/runbooks/CheckpointCorrupt.md" in corrupt.log_text()
 
 
-def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_keeps_running(
+def test_a_driver_starts_from_the_cds_archive_and_a_second_one_on_its_storage_root_is_refused(
     lake: Lake,
 ) -> None:
+    archive = cds_archive(Settings())
+    assert archive is not None, "make setup builds it into the virtualenv (make cds)"
     first = lake.service("first").start()
     second = lake.service("second")
     try:
         first.wait_for_log('"event": "running"', timeout=120)
+        assert str(archive) in first.jvm_mapped_files(), "the JVM did not map the archive"
         second.start()
         assert second.wait(timeout=120) == EXIT_REFUSED, second.log_text()[-4000:]
         assert "another driver is running on this storage root" in second.log_text()
@@ -192,23 +195,10 @@ def test_a_second_driver_on_the_same_storage_root_fails_loudly_and_the_first_kee
         assert first.alive()
         first.terminate()
         assert first.wait(timeout=120) == 0, first.log_text()[-4000:]
+        assert "[cds" not in first.log_text(), "the JVM's own CDS lines stay off stdout"
     finally:
         first.cleanup()
         second.cleanup()
-
-
-def test_a_driver_starts_from_the_class_data_archive_that_make_cds_built(lake: Lake) -> None:
-    archive = cds_archive(Settings())
-    assert archive is not None, "make setup builds it into the virtualenv (make cds)"
-    driver = lake.service("cds").start()
-    try:
-        driver.wait_for_log('"event": "running"', timeout=120)
-        assert str(archive) in driver.jvm_mapped_files(), "the JVM did not map the archive"
-        driver.terminate()
-        assert driver.wait(timeout=120) == 0, driver.log_text()[-4000:]
-        assert "[cds" not in driver.log_text(), "the JVM's own CDS lines stay off stdout"
-    finally:
-        driver.cleanup()
 
 
 def test_a_driver_whose_lease_was_taken_is_fenced_before_its_next_write_and_exits_1(
