@@ -355,20 +355,31 @@ def _query_status(
     )
 
 
+# The driver rewrites its lease every few seconds, and a read takes the object's size and
+# its bytes in two requests: one that meets a rewrite can get the new record cut at the
+# old one's length. The next read does not.
+_LEASE_READS = 3
+
+
 def _lease_status(files: CheckpointFiles, uri: str) -> LeaseStatus:
-    try:
-        text = files.read_text(uri)
-    except OSError as e:
-        return LeaseStatus(held=False, error=_first_line(e))
-    if not text:
-        return LeaseStatus(held=False)
-    record = json.loads(text)
-    return LeaseStatus(
-        held=True,
-        host=record.get("host"),
-        pid=record.get("pid"),
-        heartbeat_age_seconds=round(time.time() - float(record.get("heartbeat_at", 0)), 1),
-    )
+    for _ in range(_LEASE_READS):
+        try:
+            text = files.read_text(uri)
+        except OSError as e:
+            return LeaseStatus(held=False, error=_first_line(e))
+        if not text:
+            return LeaseStatus(held=False)
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue
+        return LeaseStatus(
+            held=True,
+            host=record.get("host"),
+            pid=record.get("pid"),
+            heartbeat_age_seconds=round(time.time() - float(record.get("heartbeat_at", 0)), 1),
+        )
+    return LeaseStatus(held=True)  # by a record that is no JSON: its owner is unknown
 
 
 class _Unread:

@@ -26,6 +26,7 @@ from service.verbs.status import (
     QueryStatus,
     Status,
     TableStatus,
+    _lease_status,
     _query_status,
     collect_status,
     table_status,
@@ -349,3 +350,24 @@ def test_status_answers_within_5_seconds_when_no_broker_answers(tmp_path: Path) 
     assert elapsed < 5.0, f"status took {elapsed:.1f} s"
     errors = [e for q in status.queries for e in q.errors]
     assert errors and all("Kafka unreachable" in e for e in errors), errors
+
+
+class _RewrittenLease:
+    """A lease read once while the driver rewrote it (the new record cut at the old
+    one's length), then whole."""
+
+    def __init__(self, record: str) -> None:
+        self.reads = [record[: len(record) - 7], record]
+
+    def read_text(self, uri: str) -> str | None:
+        return self.reads.pop(0)
+
+    def list_names(self, uri: str) -> list[str]:
+        return []
+
+
+def test_a_lease_read_while_the_driver_rewrites_it_is_read_again() -> None:
+    record = json.dumps({"host": "worker-3", "pid": 41, "heartbeat_at": time.time() - 2})
+    lease = _lease_status(_RewrittenLease(record), "s3a://lakehouse/_checkpoints/lease.json")
+    assert (True, "worker-3", 41, None) == (lease.held, lease.host, lease.pid, lease.error)
+    assert lease.heartbeat_age_seconds is not None and 1 <= lease.heartbeat_age_seconds < 30
