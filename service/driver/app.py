@@ -40,7 +40,7 @@ from service.kafka.lost_offsets import LostOffsets, check_lost_offsets, record_s
 from service.kafka.offsets import broker_offsets, offsets_consumer
 from service.lake.checkpoints import BatchRanges, QueryTarget
 from service.lake.delta import ensure_table
-from service.lake.evolution import Evolution, apply_evolution, plan_evolution
+from service.lake.evolution import Evolution, apply_evolution, plan_evolution, recording
 from service.lake.invariants import reconcile
 from service.lake.lakeview import LakeReader
 from service.lake.lease import DriverLease, acquire_driver_lease
@@ -138,7 +138,9 @@ def run(settings: Settings, available_now: bool = False) -> int:
             settings.reconcile_interval_seconds,
         )
         auditing = bool(settings.reconcile_interval_seconds) and not available_now
-        streams = _prepare_lake(spark, settings, lease, metrics, skipped, evolution, available_now)
+        streams = _prepare_lake(
+            spark, settings, files, lease, metrics, skipped, evolution, available_now
+        )
         if auditing:
             auditor.start_from_committed()
         components.start(running)
@@ -202,6 +204,7 @@ def _queries(settings: Settings) -> list[IngestQuery | GoldQuery]:
 def _prepare_lake(
     spark: SparkSession,
     settings: Settings,
+    files: ObjectFiles,
     lease: DriverLease,
     metrics: IngestMetrics,
     skipped: list[LostOffsets],
@@ -230,16 +233,23 @@ def _prepare_lake(
             )
             for q in ingest_queries(settings)
         }
-        # Each creation mostly waits on the store (a few requests per table): side by side.
+        lease.fence()
+        # A new silver table records its contract in its first commit.
+        recorded = {e.table.name: recording(e.contract) for e in evolution if not e.exists}
+        # Each creation waits on the store (a few requests per table): side by side.
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="create") as creating:
             created_tables = [
-                creating.submit(ensure_table, spark, table.uri(settings.storage_uri), table)
+                creating.submit(
+                    ensure_table,
+                    files,
+                    table.uri(settings.storage_uri),
+                    table,
+                    recorded.get(table.name, {}),
+                )
                 for table in missing.values()
             ]
             for future in created_tables:
                 future.result()
-        created = [e for e in evolution if not e.exists]
-        apply_evolution(spark, settings.storage_uri, created, lease.fence)
         if skipped:
             record_skipped(spark, settings.storage_uri, skipped, lease.fence)
             for lost in skipped:

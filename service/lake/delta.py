@@ -11,24 +11,74 @@ from types import MappingProxyType
 from typing import Any
 
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as RsTable
+from deltalake import Schema
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from service.config import Location
+from service.lake.object_files import ObjectFiles
 from service.lake.tables import Table
 
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 
-def ensure_table(spark: SparkSession, uri: str, table: Table) -> None:
-    """Create ``table`` empty at ``uri`` (its declared schema and properties) unless one exists."""
+def ensure_table(
+    files: ObjectFiles,
+    uri: str,
+    table: Table,
+    properties: Mapping[str, str] = _NO_PROPERTIES,
+) -> None:
+    """Create ``table`` empty at ``uri`` (its declared schema, partitioning and properties,
+    and ``properties``) unless a table is there.
+
+    delta-rs writes the first commit (protocol 1/2 and the metadata, as Spark's CREATE
+    TABLE does) in a few requests and no Spark job, and its version checksum is written
+    beside it as Spark's would be: without one, Spark's first read of the table rebuilds
+    its state in a job, and `table_transactions` and `append_once` read the checksum.
+    On S3 the commit is a conditional put: a table created meanwhile is not overwritten.
+    """
     if table.schema is None:
         raise ValueError(f"table {table.name} has no declared schema: its query creates it")
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.schema)
-    if table.partition_by:
-        builder = builder.partitionedBy(*table.partition_by)
-    for key, value in table.properties.items():
-        builder = builder.property(key, value)
-    builder.execute()
+    location = Location(uri)
+    options = dict(files.delta_rs_options)
+    if location.on_s3:
+        options["AWS_CONDITIONAL_PUT"] = "etag"
+    if RsTable.is_deltatable(location.for_delta_rs(), options):
+        return
+    RsTable.create(
+        location.for_delta_rs(),
+        Schema.from_json(table.schema.json()),
+        mode="ignore",
+        partition_by=list(table.partition_by) or None,
+        configuration={**table.properties, **properties} or None,
+        # Our own keys (the recorded contract) are no Delta table properties.
+        raise_if_key_not_exists=False,
+        storage_options=options,
+    )
+    log = f"{uri}/_delta_log/{0:020d}"
+    commit = files.read_text(f"{log}.json")
+    if commit is None:
+        raise RuntimeError(f"{uri}: delta-rs created no version 0")
+    files.write_text(f"{log}.crc", empty_table_checksum(commit))
+
+
+def empty_table_checksum(commit: str) -> str:
+    """The version checksum (the Delta protocol's Version Checksum File) of a table after
+    ``commit``, its first, which added no files."""
+    actions = [json.loads(line) for line in commit.splitlines() if line.strip()]
+    checksum = {
+        "tableSizeBytes": 0,
+        "numFiles": 0,
+        "numMetadata": 1,
+        "numProtocol": 1,
+        "setTransactions": [],
+        "domainMetadata": [],
+        "metadata": next(a["metaData"] for a in actions if "metaData" in a),
+        "protocol": next(a["protocol"] for a in actions if "protocol" in a),
+        "allFiles": [],
+    }
+    return json.dumps(checksum, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

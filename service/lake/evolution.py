@@ -60,6 +60,17 @@ def recorded_contract(properties: Mapping[str, str]) -> dict[str, Any] | None:
     return document
 
 
+def recording(contract: Contract) -> dict[str, str]:
+    """The table properties that record ``contract`` with its silver table: its
+    fingerprint, version and document (base64)."""
+    document = base64.b64encode(json.dumps(contract.document, sort_keys=True).encode())
+    return {
+        FINGERPRINT_PROPERTY: contract.fingerprint,
+        VERSION_PROPERTY: str(contract.version) if contract.version is not None else "",
+        DOCUMENT_PROPERTY: document.decode(),
+    }
+
+
 def plan_evolution(contracts: Contracts, root: str, options: Mapping[str, str]) -> list[Evolution]:
     """Each contract's silver table against the contract (delta-rs, no JVM; ``root`` as
     delta-rs spells it); raise `ContractChangeRefusedError` at the first breaking change.
@@ -112,13 +123,7 @@ def apply_evolution(
                 column = change.drop_not_null
                 spark.sql(f"ALTER TABLE delta.`{uri}` ALTER COLUMN `{column}` DROP NOT NULL")
         contract = plan.contract
-        document = base64.b64encode(json.dumps(contract.document, sort_keys=True).encode())
-        properties = {
-            FINGERPRINT_PROPERTY: contract.fingerprint,
-            VERSION_PROPERTY: str(contract.version) if contract.version is not None else "",
-            DOCUMENT_PROPERTY: document.decode(),
-        }
-        assignments = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        assignments = ", ".join(f"'{k}' = '{v}'" for k, v in recording(contract).items())
         spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ({assignments})")
         if plan.changes:
             log.info(

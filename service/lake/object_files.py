@@ -28,6 +28,8 @@ class ObjectFiles:
 
     def __init__(self, settings: Settings) -> None:
         options = settings.storage.pyarrow_options()
+        # The same store as delta-rs spells it (`service.lake.delta.ensure_table`).
+        self.delta_rs_options = settings.storage.delta_rs_options()
         self._s3 = fs.S3FileSystem(**options) if settings.uses_s3 else None
         self._local = fs.LocalFileSystem()
 

@@ -39,6 +39,7 @@ from service.lake.delta import append_once, ensure_table
 from service.lake.evolution import apply_evolution, plan_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.lease import acquire_driver_lease
+from service.lake.object_files import ObjectFiles
 from service.lake.schemas import COORDINATES, PROMOTIONS, RESCUED
 from service.lake.tables import PROMOTIONS_TABLE, contract_tables
 from service.streaming.session import build_spark
@@ -197,7 +198,7 @@ class _Promoter:
         return sorted(str(r["run_id"]) for r in runs.where(F.col("done") == 0).collect())
 
     def run(self, fields: list[Field]) -> PromoteReport:
-        ensure_table(self.spark, self.audit_uri, PROMOTIONS_TABLE)
+        ensure_table(ObjectFiles(self.settings), self.audit_uri, PROMOTIONS_TABLE)
         unfinished = self.unfinished()
         run_id = uuid.uuid4().hex
         self._audit(run_id, fields, "started", None)

@@ -44,6 +44,7 @@ from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
 from service.lake.invariants import MOVED
 from service.lake.lease import acquire_driver_lease
+from service.lake.object_files import ObjectFiles
 from service.lake.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.lake.tables import (
     QUARANTINE_REPLAYS_TABLE,
@@ -182,7 +183,7 @@ class _Replayer:
 
     def run(self, request: ReplayRequest) -> ReplayReport:
         if not request.dry_run:
-            ensure_table(self.spark, self.replays_uri, QUARANTINE_REPLAYS_TABLE)
+            ensure_table(ObjectFiles(self.settings), self.replays_uri, QUARANTINE_REPLAYS_TABLE)
         replays = self._replays()
         resumed = [] if request.dry_run else unfinished_replays(replays)
         outcomes: list[DataFrame] = []

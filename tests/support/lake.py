@@ -21,10 +21,14 @@ from pyspark.sql import Column, SparkSession
 
 from service.config import Location, Settings
 from service.lake.lakeview import LakeReader
+from service.lake.object_files import ObjectFiles
 from service.lake.tables import SHIPPED
 from tests.support.kafka import Coordinates, topic_coordinates
 from tests.support.repo import REPO
 from tests.support.service_process import TEST_JVM_OPTIONS, ServiceProcess
+
+# Files of a local lake (no S3 settings).
+LOCAL_FILES = ObjectFiles(Settings(storage_root="/nowhere", checkpoint_root="/nowhere"))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from service.lake.tables import (
     contract_tables,
 )
 from tests.support.contracts import DRAFT, shipped
+from tests.support.lake import LOCAL_FILES
 
 REFUSED = "changed in a way its tables cannot follow"
 
@@ -517,7 +518,7 @@ def test_compatible_changes_are_applied_to_the_silver_table_and_recorded_once(
     )
     v2 = contract(v2_document)
     table = contract_tables(v1).silver
-    ensure_table(spark, table.uri(settings.storage_uri), table)
+    ensure_table(LOCAL_FILES, table.uri(settings.storage_uri), table)
 
     [first] = plan(settings, v2)
     assert (True, True) == (first.exists, first.record)
@@ -589,7 +590,7 @@ def test_a_type_change_on_a_real_table_is_refused_before_any_write(
     settings = Settings(storage_root=str(tmp_path))
     v1 = contract(orders())
     table = contract_tables(v1).silver
-    ensure_table(spark, table.uri(settings.storage_uri), table)
+    ensure_table(LOCAL_FILES, table.uri(settings.storage_uri), table)
     widened = contract(edited(orders(), retype("quantity", ["number", "null"])))
 
     with pytest.raises(ContractChangeRefusedError) as raised:

@@ -17,6 +17,7 @@ from service.lake.delta import ensure_table
 from service.lake.tables import HEART_RATE_ACTIVITY, SENSOR_READINGS
 from service.streaming.queries import checkpoint_location, start_with_writer
 from tests.support.gold import T0, acc, hr, readings
+from tests.support.lake import LOCAL_FILES
 
 
 def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_it(
@@ -24,7 +25,7 @@ def test_a_join_checkpoint_of_plan_1_resumes_with_plan_1_and_finds_pairs_across_
 ) -> None:
     settings = Settings(storage_root=str(tmp_path), spark_shuffle_partitions=2)
     silver = SENSOR_READINGS.uri(settings.storage_uri)
-    ensure_table(spark, silver, SENSOR_READINGS)  # gold tables: their query creates them
+    ensure_table(LOCAL_FILES, silver, SENSOR_READINGS)  # gold tables: their query creates them
     join = next(q for q in gold_queries() if q.table == HEART_RATE_ACTIVITY)
     assert 2 == len(join.plans)
 

@@ -19,6 +19,7 @@ from service.ingest.validation import split_valid_invalid
 from service.lake.delta import ensure_table
 from service.lake.tables import contract_tables
 from tests.support.contracts import orders, shipped
+from tests.support.lake import LOCAL_FILES
 from tests.support.payloads import profile
 from tests.support.records import HEX, bronze_frame
 
@@ -131,7 +132,7 @@ def test_a_framed_entity_keeps_the_schema_id_of_its_newest_change(
 ) -> None:
     users = contract(shipped("users"), "auto")
     uri = f"file:{tmp_path}/silver/users"
-    ensure_table(spark, uri, contract_tables(users).silver)
+    ensure_table(LOCAL_FILES, uri, contract_tables(users).silver)
     older = framed(3, profile(first_name="Ada", updated_at="2024-04-01T00:00:00Z").encode())
     newer = framed(4, profile(first_name="Augusta", updated_at="2024-04-02T00:00:00Z").encode())
     bronze = bronze_frame(spark, [("1", newer), ("1", older), ("2", profile(user_id=2))], "users")

@@ -17,6 +17,7 @@ from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
 from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES
 from service.lake.tables import SENSOR_READINGS
+from tests.support.lake import LOCAL_FILES
 from tests.support.records import readings
 from tests.support.spark import jobs_of
 
@@ -81,7 +82,7 @@ def test_a_batch_skips_the_search_only_when_it_finds_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     uri = f"file:{tmp_path / 'silver'}"
-    ensure_table(spark, uri, SENSOR_READINGS)
+    ensure_table(LOCAL_FILES, uri, SENSOR_READINGS)
     writer = Writer(spark, uri)
     assert writer.batch(["a", "b"], 0).clear  # loads silver's ids: none
     # Its live files (listed by the checksum of silver's version: no job) hold no
@@ -121,7 +122,7 @@ def test_large_batches_and_many_ids_search_and_only_the_horizon_is_loaded(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     uri = f"file:{tmp_path / 'silver'}"
-    ensure_table(spark, uri, SENSOR_READINGS)
+    ensure_table(LOCAL_FILES, uri, SENSOR_READINGS)
     now = [0.0]
     writer = Writer(spark, uri, most=4, small=4, clock=lambda: now[0])
     assert writer.batch(["a", "b"], 0).clear
@@ -143,7 +144,7 @@ def test_large_batches_and_many_ids_search_and_only_the_horizon_is_loaded(
     assert 3 == writer.recent.size  # i, j and k
 
     uri = f"file:{tmp_path / 'other'}"
-    ensure_table(spark, uri, SENSOR_READINGS)
+    ensure_table(LOCAL_FILES, uri, SENSOR_READINGS)
     writer = Writer(spark, uri, most=2)
     assert writer.batch(["a", "b"], 0).clear
     assert writer.batch(["c"], 1).clear  # checked against all ids; three are too many to keep

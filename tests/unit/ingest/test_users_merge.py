@@ -15,6 +15,7 @@ from service.ingest.modes import Entities, parse_records
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.delta import ensure_table
 from service.lake.tables import SHIPPED, USERS
+from tests.support.lake import LOCAL_FILES
 from tests.support.payloads import profile
 from tests.support.records import bronze_frame
 
@@ -54,7 +55,7 @@ def table(spark: SparkSession, uri: str) -> dict[int, dict[str, Any]]:
 def users_uri(spark: SparkSession, tmp_path: Path) -> str:
     """An empty silver/users table."""
     uri = f"file:{tmp_path}/silver/users"
-    ensure_table(spark, uri, USERS)
+    ensure_table(LOCAL_FILES, uri, USERS)
     return uri
 
 
@@ -119,7 +120,7 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
     states = []
     for split in (1, len(changes)):
         uri = f"file:{tmp_path}/split-{split}"
-        ensure_table(spark, uri, USERS)
+        ensure_table(LOCAL_FILES, uri, USERS)
         for version, start in enumerate(range(0, len(changes), split)):
             merge(spark, uri, changes[start : start + split], version, first_offset=start)
         states.append(

@@ -24,6 +24,7 @@ from service.lake.tables import (
     STATS_COLUMNS,
 )
 from service.streaming.profile import BatchProfile
+from tests.support.lake import LOCAL_FILES
 from tests.support.records import bronze_frame, readings
 from tests.support.spark import jobs_of
 
@@ -39,7 +40,7 @@ def test_a_replayed_batch_is_skipped_and_small_files_are_compacted_after_the_wri
 ) -> None:
     min_files = int(spark.conf.get("spark.databricks.delta.autoCompact.minNumFiles") or 0)
     uri = f"file:{tmp_path / 'duplicates'}"
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    ensure_table(LOCAL_FILES, uri, SENSOR_DUPLICATES_TABLE)
     schema = SENSOR_DUPLICATES_TABLE.schema
     assert schema is not None
     replays: list[int] = []
@@ -75,7 +76,7 @@ def _rows(spark: SparkSession, batch: int) -> DataFrame:
 def _table_with_batch_0(spark: SparkSession, table: Path) -> str:
     """The URI of a new duplicates table at ``table`` holding batch 0 of app ``app``."""
     uri = f"file:{table}"
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    ensure_table(LOCAL_FILES, uri, SENSOR_DUPLICATES_TABLE)
     append_once(_rows(spark, 0), uri, "app", 0)
     return uri
 
@@ -150,7 +151,7 @@ def test_files_carry_statistics_on_the_declared_columns_only(
 ) -> None:
     for table in (BRONZE_SENSORS, SENSOR_READINGS):
         path = tmp_path / table.name
-        ensure_table(spark, f"file:{path}", table)
+        ensure_table(LOCAL_FILES, f"file:{path}", table)
         if table is SENSOR_READINGS:
             rows = readings(spark, [("e1", 0, 5, T0), ("e2", 1, 9, T0 + timedelta(seconds=1))])
         else:
@@ -201,7 +202,7 @@ def test_live_files_read_what_a_plain_read_does_from_the_files_of_the_range_only
     spark: SparkSession, tmp_path: Path
 ) -> None:
     uri = f"file:{tmp_path / 'silver'}"
-    ensure_table(spark, uri, SENSOR_READINGS)
+    ensure_table(LOCAL_FILES, uri, SENSOR_READINGS)
     live = LiveFiles(uri, "kafka_timestamp")
     start, end = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
 
@@ -250,3 +251,59 @@ def test_live_files_read_what_a_plain_read_does_from_the_files_of_the_range_only
         spark, "live-rebuild", lambda: loaded.append(rebuilt.read(spark, start, end))
     )
     assert plain() == keys(loaded[0])
+
+
+def _log_json(table: Path, name: str) -> Any:
+    return json.loads((table / "_delta_log" / name).read_text())
+
+
+def test_a_table_is_created_as_spark_creates_it_with_a_checksum_spark_reads_without_a_job(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    ours, sparks = tmp_path / "ours", tmp_path / "spark"
+    recorded = {"lakehouse.contract.fingerprint": "0123456789abcdef"}
+    ensure_table(LOCAL_FILES, f"file:{ours}", SENSOR_READINGS, recorded)
+    checksum = (ours / "_delta_log" / f"{0:020d}.crc").read_text()
+    ensure_table(LOCAL_FILES, f"file:{ours}", SENSOR_READINGS, {"other": "ignored"})
+    assert SENSOR_READINGS.schema is not None
+    builder = (
+        DeltaTable.createIfNotExists(spark)
+        .location(f"file:{sparks}")
+        .addColumns(SENSOR_READINGS.schema)
+        .partitionedBy(*SENSOR_READINGS.partition_by)
+    )
+    for key, value in {**SENSOR_READINGS.properties, **recorded}.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+    # A second call finds the table: no commit, the same checksum.
+    assert [f"{0:020d}.crc", f"{0:020d}.json"] == sorted(
+        p.name for p in (ours / "_delta_log").iterdir() if not p.name.startswith(".")
+    )
+    assert checksum == (ours / "_delta_log" / f"{0:020d}.crc").read_text()
+    details = [
+        spark.sql(f"DESCRIBE DETAIL delta.`file:{path}`")
+        .select("partitionColumns", "properties", "minReaderVersion", "minWriterVersion")
+        .collect()
+        for path in (ours, sparks)
+    ]
+    assert details[1] == details[0]
+    assert spark.read.format("delta").load(f"file:{sparks}").schema == (
+        spark.read.format("delta").load(f"file:{ours}").schema
+    )
+    # Spark's own checksum but for what names this creation (and its file-size histogram).
+    unique = ("txnId", "fileSizeHistogram")
+    identity = ("id", "createdTime")
+    expected, actual = (_log_json(p, f"{0:020d}.crc") for p in (sparks, ours))
+    for summary in (expected, actual):
+        # delta-rs spells an absent name and description as null.
+        summary["metadata"] = {
+            k: v for k, v in summary["metadata"].items() if k not in identity and v is not None
+        }
+        summary["metadata"]["schema"] = json.loads(summary["metadata"].pop("schemaString"))
+    assert {k: v for k, v in expected.items() if k not in unique} == actual
+    # Spark reads the transactions from it, and appends on, with no job to rebuild the state.
+    assert 0 == jobs_of(spark, "created", lambda: table_transactions(spark, f"file:{ours}"))
+    rows = readings(spark, [("e1", 0, 5, T0)])
+    append_once(rows.coalesce(1), f"file:{ours}", "app", 0)
+    assert {"app": 0} == table_transactions(spark, f"file:{ours}")

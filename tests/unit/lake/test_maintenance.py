@@ -44,6 +44,7 @@ from service.lake.tables import (
 )
 from service.streaming.queries import QueryWriter
 from service.streaming.session import spark_conf
+from tests.support.lake import LOCAL_FILES
 
 HOUR = 3600.0
 POLICY = MaintenancePolicy(interval_seconds=HOUR, min_files=3, retention_hours=168)
@@ -256,7 +257,7 @@ def test_maintenance_compacts_small_files_keeps_every_row_and_reports_the_file_c
     storage = f"file:{tmp_path}"
     table = SENSOR_DUPLICATES_TABLE
     uri = table.uri(storage)
-    ensure_table(spark, uri, table)
+    ensure_table(LOCAL_FILES, uri, table)
     for batch in range(commits):
         rows = [
             (f"e{batch}-{i}", "sensors", i, batch * 10 + i, None, None, None, None)
@@ -300,7 +301,7 @@ def test_a_table_below_the_minimum_files_is_vacuumed_but_not_compacted(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     storage = f"file:{tmp_path}"
-    ensure_table(spark, USERS.uri(storage), USERS)
+    ensure_table(LOCAL_FILES, USERS.uri(storage), USERS)
     registry = CollectorRegistry()
     metrics = MaintenanceMetrics()
     registry.register(metrics)

@@ -30,6 +30,7 @@ from service.lake.tables import (
 )
 from service.streaming.queries import check_tables, checkpoint_location
 from service.verbs.migrate import migrate_tables
+from tests.support.lake import LOCAL_FILES
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 # bronze before the raw columns became BINARY (docs/tables.md).
@@ -118,7 +119,7 @@ def test_a_lake_of_the_release_before_offset_gaps_starts_and_gets_the_table(
     )
     for table in query.tables[1:]:
         if table != OFFSET_GAPS_TABLE:
-            ensure_table(spark, table.uri(settings.storage_uri), table)
+            ensure_table(LOCAL_FILES, table.uri(settings.storage_uri), table)
 
     assert [OFFSET_GAPS_TABLE] == check_tables(spark, settings, query.name, query.tables)
 

@@ -24,6 +24,7 @@ from service.lake.tables import PROMOTIONS_TABLE, contract_tables
 from service.verbs import promote as promote_verb
 from service.verbs.promote import promotable, promoted_rows
 from tests.support.contracts import DRAFT
+from tests.support.lake import LOCAL_FILES
 
 T0 = datetime(2026, 11, 1, 12, 0)
 SHIPPED_AT = datetime(2026, 11, 2, 3, 4, 5)
@@ -221,7 +222,7 @@ def test_promote_fills_the_new_column_exactly_once_under_the_lease(
     uri = table.uri(settings.storage_uri)
     schema = table.schema
     assert schema is not None
-    ensure_table(spark, uri, table)
+    ensure_table(LOCAL_FILES, uri, table)
     rescued = ['{"priority":3}', '{"coupon":"X","priority":1}', '{"priority":9}', None]
     spark.createDataFrame(
         [(f"o{i}", T0, None, r, "shop.orders", 0, i, T0, T0) for i, r in enumerate(rescued)],

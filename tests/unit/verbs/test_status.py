@@ -31,6 +31,7 @@ from service.verbs.status import (
     collect_status,
     table_status,
 )
+from tests.support.lake import LOCAL_FILES
 
 CHECKPOINT = "s3a://lake/_checkpoints/ingest_sensors"
 
@@ -91,7 +92,7 @@ def test_table_status_reads_version_commit_and_rows_from_the_delta_log(
     uri = SENSOR_DUPLICATES_TABLE.uri(settings.storage_uri)
     schema = SENSOR_DUPLICATES_TABLE.schema
     assert schema is not None
-    ensure_table(spark, uri, SENSOR_DUPLICATES_TABLE)
+    ensure_table(LOCAL_FILES, uri, SENSOR_DUPLICATES_TABLE)
     rows = [(f"e{i}", "sensors", 0, i, None, None, None, None) for i in range(3)]
     append_once(spark.createDataFrame(rows, schema).coalesce(1), uri, "app", 0)
     reader = LakeReader.from_settings(settings)
@@ -266,7 +267,7 @@ def test_a_silver_table_shows_its_recorded_contract_and_the_deployed_one_when_it
     recorded = devices(2)
     table = contract_tables(recorded).silver
     uri = table.uri(settings.storage_uri)
-    ensure_table(spark, uri, table)
+    ensure_table(LOCAL_FILES, uri, table)
     reader = LakeReader.from_settings(settings)
 
     unrecorded = table_status(reader, table, recorded)
