@@ -22,6 +22,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from service.lake.local_rows import local_frame
+
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
 # Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
@@ -64,7 +66,7 @@ def find_duplicates(
         if not ids:
             return None
         if len(ids) <= LOCAL_IDS:
-            candidates = readings.sparkSession.createDataFrame(ids, candidates.schema)
+            candidates = local_frame(readings.sparkSession, ids, candidates.schema)
         candidates = F.broadcast(candidates)
     readings = readings.join(candidates, "event_id", "left_semi")
     recent_silver = recent_silver.join(candidates, "event_id", "left_semi")

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
+from service.lake.local_rows import local_frame
 from service.lake.schemas import OFFSET_GAPS
 
 # (partition, first offset, last offset), both inclusive.
@@ -75,6 +77,15 @@ def inner_gaps(rows: DataFrame, partitions: Sequence[int]) -> DataFrame:
     )
 
 
+_RANGES = StructType(
+    [
+        StructField("kafka_partition", IntegerType()),
+        StructField("first_offset", LongType()),
+        StructField("last_offset", LongType()),
+    ]
+)
+
+
 def to_offset_gaps(
     spark: SparkSession,
     edges: Sequence[GapRange],
@@ -85,10 +96,7 @@ def to_offset_gaps(
     stamp: Column,
 ) -> DataFrame:
     """bronze/offset_gaps rows: the ``edges`` and the ``inner`` gaps of one batch."""
-    ranges = spark.createDataFrame(
-        [list(edge) for edge in edges],
-        "kafka_partition INT, first_offset BIGINT, last_offset BIGINT",
-    )
+    ranges = local_frame(spark, [tuple(edge) for edge in edges], _RANGES)
     if inner is not None:
         ranges = ranges.unionByName(inner)
     return ranges.select(

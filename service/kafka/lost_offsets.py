@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from service.errors import KafkaOffsetsLostError
 from service.lake.checkpoints import CheckpointFiles, QueryTarget, read_checkpoint
+from service.lake.local_rows import local_frame
 from service.lake.schemas import SKIPPED_OFFSETS
 from service.lake.tables import SKIPPED_OFFSETS_TABLE
 
@@ -211,8 +212,8 @@ def record_skipped(
     rows = skipped_rows(lost, recorded)
     if rows:
         without_time = StructType([f for f in SKIPPED_OFFSETS.fields if f.name != "skipped_at"])
-        frame = spark.createDataFrame(
-            [tuple(row[f.name] for f in without_time.fields) for row in rows], without_time
+        frame = local_frame(
+            spark, [tuple(row[f.name] for f in without_time.fields) for row in rows], without_time
         ).withColumn("skipped_at", F.current_timestamp())
         fence()
         frame.select(*SKIPPED_OFFSETS.fieldNames()).write.format("delta").mode("append").save(uri)

@@ -39,6 +39,7 @@ from service.lake.delta import append_once, ensure_table
 from service.lake.evolution import apply_evolution, plan_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.lease import acquire_driver_lease
+from service.lake.local_rows import local_frame
 from service.lake.object_files import ObjectFiles
 from service.lake.schemas import COORDINATES, PROMOTIONS, RESCUED
 from service.lake.tables import PROMOTIONS_TABLE, contract_tables
@@ -179,7 +180,8 @@ class _Promoter:
     def _audit(
         self, run_id: str, fields: list[Field], outcome: str, counts: tuple[int, int] | None
     ) -> None:
-        row = self.spark.createDataFrame(
+        row = local_frame(
+            self.spark,
             [(run_id, self.contract.name, self.silver.name, ",".join(f.path for f in fields),
               outcome, datetime.now(UTC), *(counts or (None, None)))],
             PROMOTIONS,

@@ -44,6 +44,7 @@ from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
 from service.lake.invariants import MOVED
 from service.lake.lease import acquire_driver_lease
+from service.lake.local_rows import local_frame
 from service.lake.object_files import ObjectFiles
 from service.lake.schemas import COORDINATES, INGESTED_AT, KAFKA_RECORD, QUARANTINE_REPLAYS
 from service.lake.tables import (
@@ -217,7 +218,7 @@ class _Replayer:
         """silver/quarantine_replays, or no rows when it does not exist yet."""
         if DeltaTable.isDeltaTable(self.spark, self.replays_uri):
             return self._read(self.replays_uri)
-        return self.spark.createDataFrame([], QUARANTINE_REPLAYS)
+        return local_frame(self.spark, [], QUARANTINE_REPLAYS)
 
     def _replay(
         self, replay_id: str, plan: DataFrame, write_plan: bool, dry_run: bool = False
