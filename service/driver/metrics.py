@@ -32,6 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +56,246 @@ _KAFKA_LAG_STATS = ("min", "avg", "max")
 _JAVA_CLASS = re.compile(r"^\s*(?:\[([A-Z][A-Z0-9_.]*)\]|([\w$.]*(?:Exception|Error)))")
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 
+_QUERY = ("query",)
+_LAG = ("query", "topic")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A metric family the service exports: its kind, name (after ``lakehouse_ingest_``),
+    help text and labels; `IngestMetrics` and `MaintenanceMetrics` build theirs from
+    `FAMILIES` and `MAINTENANCE_FAMILIES`."""
+
+    kind: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+    def build(self, registry: CollectorRegistry | None) -> Any:
+        """The family, registered on ``registry`` (None: unregistered)."""
+        name = f"{PREFIX}_{self.name}"
+        if self.kind is Histogram and self.buckets:
+            return Histogram(name, self.help, self.labels, registry=registry, buckets=self.buckets)
+        return self.kind(name, self.help, self.labels, registry=registry)
+
+
+MAINTENANCE_FAMILIES = {
+    "table_files": Family(
+        Gauge,
+        "table_files",
+        "Files in a table's current Delta snapshot, counted at each maintenance check.",
+        ("table",),
+    ),
+    "last_success": Family(
+        Gauge,
+        "maintenance_last_success_timestamp_seconds",
+        "Unix time of a table's last successful maintenance (compaction check and VACUUM); "
+        "0 = none since the driver started.",
+        ("table",),
+    ),
+    "failures": Family(
+        Counter,
+        "maintenance_failures_total",
+        "Maintenance runs of a table that failed (retried one interval later).",
+        ("table",),
+    ),
+    "duration": Family(
+        Histogram,
+        "maintenance_duration_seconds",
+        "Wall time of a table's successful maintenance run (OPTIMIZE if due, then VACUUM).",
+        ("table",),
+        _MAINTENANCE_BUCKETS,
+    ),
+}
+
+# The families `IngestMetrics` updates, by its attribute name.
+FAMILIES = {
+    "build_info": Family(
+        Gauge,
+        "build_info",
+        "Build information (always 1): service, Spark and Python versions.",
+        ("version", "spark_version", "python_version"),
+    ),
+    "ready": Family(
+        Gauge,
+        "ready",
+        "1 while /readyz answers 200 (every query active and progressing or idle), else 0.",
+    ),
+    "storage_heartbeat": Family(
+        Gauge,
+        "storage_heartbeat_timestamp_seconds",
+        "Unix time of the last successful write to the checkpoint storage (lease renewal).",
+    ),
+    "trigger_interval": Family(
+        Gauge,
+        "trigger_interval_seconds",
+        "A query's configured trigger interval (0 = as fast as possible, or available-now).",
+        _QUERY,
+    ),
+    "query_up": Family(Gauge, "query_up", "1 while a query is active, else 0.", _QUERY),
+    "terminations": Family(
+        Counter,
+        "query_terminations_total",
+        "Query terminations by error class (none = a clean stop).",
+        ("query", "error_class"),
+    ),
+    "last_progress": Family(
+        Gauge,
+        "last_progress_timestamp_seconds",
+        "Unix time of a query's last start, progress or idle event (idle is alive).",
+        _QUERY,
+    ),
+    "last_batch_id": Family(
+        Gauge,
+        "last_batch_id",
+        "Id of a query's last completed micro-batch (the checkpoint's batch numbering).",
+        _QUERY,
+    ),
+    "input_rows": Family(Counter, "input_rows_total", "Rows read by a query.", _QUERY),
+    "input_rate": Family(
+        Gauge,
+        "input_rows_per_second",
+        "Rate at which rows arrived for a query's last micro-batch.",
+        _QUERY,
+    ),
+    "processed_rate": Family(
+        Gauge,
+        "processed_rows_per_second",
+        "Rate at which a query's last micro-batch processed rows.",
+        _QUERY,
+    ),
+    "batch_duration": Family(
+        Histogram,
+        "batch_duration_seconds",
+        "Wall time of a micro-batch (trigger start to progress).",
+        _QUERY,
+        _BATCH_BUCKETS,
+    ),
+    "phase_seconds": Family(
+        Counter,
+        "trigger_phase_seconds_total",
+        "Time spent in each trigger phase (Spark durationMs: addBatch, walCommit, ...).",
+        ("query", "phase"),
+    ),
+    **{
+        f"kafka_lag_{stat}": Family(
+            Gauge,
+            f"kafka_{stat}_offsets_behind_latest",
+            f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
+            "the lake (broker end offset minus the checkpoint's), polled every "
+            "INGEST_LAG_POLL_SECONDS.",
+            _LAG,
+        )
+        for stat in _KAFKA_LAG_STATS
+    },
+    "kafka_lag_total": Family(
+        Gauge,
+        "kafka_offsets_behind_latest",
+        "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
+        _LAG,
+    ),
+    "kafka_retention_headroom": Family(
+        Gauge,
+        "kafka_retention_headroom_records",
+        "Records retention can delete before it deletes one the query has not read: the "
+        "next offset to read minus the log start, least over the partitions with records "
+        "waiting (negative: deleted unread).",
+        _LAG,
+    ),
+    "kafka_lag_polled_at": Family(
+        Gauge,
+        "kafka_lag_polled_timestamp_seconds",
+        "When a query's Kafka lag was last polled successfully (the poller's start "
+        "until its first success).",
+        _QUERY,
+    ),
+    "reconcile_checks": Family(
+        Counter,
+        "reconcile_checks_total",
+        "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
+        "not hold) or error (the lake or a checkpoint could not be read; retried).",
+        ("result",),
+    ),
+    "group_commits": Family(
+        Counter,
+        "consumer_group_commits",
+        "Commits of an ingest query's checkpoint offsets to INGEST_KAFKA_CONSUMER_GROUP, by "
+        "result (ok, error: retried with the next batch), for Kafka's own lag tools.",
+        ("query", "result"),
+    ),
+    "reconcile_problems": Family(
+        Gauge,
+        "reconcile_problems",
+        "Invariant violations the driver's periodic reconcile found since it started.",
+    ),
+    "reconcile_records": Family(
+        Counter,
+        "reconcile_records_checked_total",
+        "Bronze records the driver's periodic reconcile checked, per table.",
+        ("table",),
+    ),
+    "reconcile_last_check": Family(
+        Gauge,
+        "reconcile_last_check_timestamp_seconds",
+        "Unix time the driver's last periodic reconcile check completed (the checks' "
+        "start until the first completes; 0: checks off).",
+    ),
+    "kafka_offsets_skipped": Family(
+        Counter,
+        "kafka_offsets_skipped_total",
+        "Kafka offsets the brokers no longer had when the driver started, skipped on "
+        "INGEST_KAFKA_SKIP_LOST_OFFSETS (bronze/skipped_offsets lists them).",
+        ("topic",),
+    ),
+    "reconcile_duration": Family(
+        Gauge,
+        "reconcile_duration_seconds",
+        "Wall time of the driver's last periodic reconcile check.",
+    ),
+    "freshness": Family(
+        Gauge,
+        "freshness_timestamp_seconds",
+        "Time up to which a query's output is complete: its event-time watermark "
+        "(basis=watermark) or when it last caught up with Kafka (basis=caught_up); "
+        "a watermarked query's last idle trigger, its input empty (basis=idle).",
+        ("query", "basis"),
+    ),
+    "state_rows": Family(
+        Gauge,
+        "state_rows",
+        "Rows held in a query's state stores (0 for stateless queries).",
+        _QUERY,
+    ),
+    "state_memory": Family(
+        Gauge, "state_memory_bytes", "Memory used by a query's state stores.", _QUERY
+    ),
+    "dropped_by_watermark": Family(
+        Counter,
+        "rows_dropped_by_watermark_total",
+        "Late rows dropped by a stateful operator because they were behind the watermark.",
+        _QUERY,
+    ),
+    "quarantined": Family(
+        Counter,
+        "quarantined_rows_total",
+        "Records rejected into silver/quarantine, by error code.",
+        ("query", "error_code"),
+    ),
+    "duplicates": Family(
+        Counter,
+        "duplicates_dropped_total",
+        "Events dropped as duplicates of an id seen within the dedup horizon.",
+        _QUERY,
+    ),
+    "rows_written": Family(
+        Counter,
+        "table_rows_written_total",
+        "Rows appended or merged into a table.",
+        ("query", "table"),
+    ),
+}
+
 
 class MaintenanceMetrics(Collector):
     """Table maintenance families, per ``table``: a collector any registry can expose.
@@ -64,32 +305,11 @@ class MaintenanceMetrics(Collector):
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.table_files = Gauge(
-            f"{PREFIX}_table_files",
-            "Files in a table's current Delta snapshot, counted at each maintenance check.",
-            ["table"],
-            registry=None,
-        )
-        self.last_success = Gauge(
-            f"{PREFIX}_maintenance_last_success_timestamp_seconds",
-            "Unix time of a table's last successful maintenance (compaction check and VACUUM); "
-            "0 = none since the driver started.",
-            ["table"],
-            registry=None,
-        )
-        self.failures = Counter(
-            f"{PREFIX}_maintenance_failures_total",
-            "Maintenance runs of a table that failed (retried one interval later).",
-            ["table"],
-            registry=None,
-        )
-        self.duration = Histogram(
-            f"{PREFIX}_maintenance_duration_seconds",
-            "Wall time of a table's successful maintenance run (OPTIMIZE if due, then VACUUM).",
-            ["table"],
-            buckets=_MAINTENANCE_BUCKETS,
-            registry=None,
-        )
+        families = {k: f.build(None) for k, f in MAINTENANCE_FAMILIES.items()}
+        self.table_files: Gauge = families["table_files"]
+        self.last_success: Gauge = families["last_success"]
+        self.failures: Counter = families["failures"]
+        self.duration: Histogram = families["duration"]
         self._families = (self.table_files, self.last_success, self.failures, self.duration)
 
     def collect(self) -> Iterator[Metric]:
@@ -202,7 +422,42 @@ class IngestMetrics:
     """The service's metric families on ``registry``, updated through intent-named methods.
 
     ``maintenance`` (the table maintenance families) is registered on ``registry`` too.
+    Each family of `FAMILIES` is the attribute of its key.
     """
+
+    build_info: Gauge
+    ready: Gauge
+    storage_heartbeat: Gauge
+    trigger_interval: Gauge
+    query_up: Gauge
+    terminations: Counter
+    last_progress: Gauge
+    last_batch_id: Gauge
+    input_rows: Counter
+    input_rate: Gauge
+    processed_rate: Gauge
+    batch_duration: Histogram
+    phase_seconds: Counter
+    kafka_lag_min: Gauge
+    kafka_lag_avg: Gauge
+    kafka_lag_max: Gauge
+    kafka_lag_total: Gauge
+    kafka_retention_headroom: Gauge
+    kafka_lag_polled_at: Gauge
+    reconcile_checks: Counter
+    group_commits: Counter
+    reconcile_problems: Gauge
+    reconcile_records: Counter
+    reconcile_last_check: Gauge
+    kafka_offsets_skipped: Counter
+    reconcile_duration: Gauge
+    freshness: Gauge
+    state_rows: Gauge
+    state_memory: Gauge
+    dropped_by_watermark: Counter
+    quarantined: Counter
+    duplicates: Counter
+    rows_written: Counter
 
     def __init__(
         self,
@@ -219,199 +474,11 @@ class IngestMetrics:
         self.jvm = JvmMetrics()
         registry.register(self.jvm)
         ProcessCollector(namespace=PREFIX, registry=registry)
-        self.build_info = Gauge(
-            f"{PREFIX}_build_info",
-            "Build information (always 1): service, Spark and Python versions.",
-            ["version", "spark_version", "python_version"],
-            registry=registry,
-        )
+        for attribute, family in FAMILIES.items():
+            setattr(self, attribute, family.build(registry))
         self.build_info.labels(service.__version__, pyspark.__version__, _python_version()).set(1)
-        self.ready = Gauge(
-            f"{PREFIX}_ready",
-            "1 while /readyz answers 200 (every query active and progressing or idle), else 0.",
-            registry=registry,
-        )
-        self.storage_heartbeat = Gauge(
-            f"{PREFIX}_storage_heartbeat_timestamp_seconds",
-            "Unix time of the last successful write to the checkpoint storage (lease renewal).",
-            registry=registry,
-        )
-        self.trigger_interval = Gauge(
-            f"{PREFIX}_trigger_interval_seconds",
-            "A query's configured trigger interval (0 = as fast as possible, or available-now).",
-            ["query"],
-            registry=registry,
-        )
-        self.query_up = Gauge(
-            f"{PREFIX}_query_up", "1 while a query is active, else 0.", ["query"], registry=registry
-        )
-        self.terminations = Counter(
-            f"{PREFIX}_query_terminations_total",
-            "Query terminations by error class (none = a clean stop).",
-            ["query", "error_class"],
-            registry=registry,
-        )
-        self.last_progress = Gauge(
-            f"{PREFIX}_last_progress_timestamp_seconds",
-            "Unix time of a query's last start, progress or idle event (idle is alive).",
-            ["query"],
-            registry=registry,
-        )
-        self.last_batch_id = Gauge(
-            f"{PREFIX}_last_batch_id",
-            "Id of a query's last completed micro-batch (the checkpoint's batch numbering).",
-            ["query"],
-            registry=registry,
-        )
-        self.input_rows = Counter(
-            f"{PREFIX}_input_rows_total", "Rows read by a query.", ["query"], registry=registry
-        )
-        self.input_rate = Gauge(
-            f"{PREFIX}_input_rows_per_second",
-            "Rate at which rows arrived for a query's last micro-batch.",
-            ["query"],
-            registry=registry,
-        )
-        self.processed_rate = Gauge(
-            f"{PREFIX}_processed_rows_per_second",
-            "Rate at which a query's last micro-batch processed rows.",
-            ["query"],
-            registry=registry,
-        )
-        self.batch_duration = Histogram(
-            f"{PREFIX}_batch_duration_seconds",
-            "Wall time of a micro-batch (trigger start to progress).",
-            ["query"],
-            buckets=_BATCH_BUCKETS,
-            registry=registry,
-        )
-        self.phase_seconds = Counter(
-            f"{PREFIX}_trigger_phase_seconds_total",
-            "Time spent in each trigger phase (Spark durationMs: addBatch, walCommit, ...).",
-            ["query", "phase"],
-            registry=registry,
-        )
-        self.kafka_lag = {
-            stat: Gauge(
-                f"{PREFIX}_kafka_{stat}_offsets_behind_latest",
-                f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
-                "the lake (broker end offset minus the checkpoint's), polled every "
-                "INGEST_LAG_POLL_SECONDS.",
-                ["query", "topic"],
-                registry=registry,
-            )
-            for stat in _KAFKA_LAG_STATS
-        }
-        self.kafka_lag_total = Gauge(
-            f"{PREFIX}_kafka_offsets_behind_latest",
-            "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
-            ["query", "topic"],
-            registry=registry,
-        )
-        self.kafka_retention_headroom = Gauge(
-            f"{PREFIX}_kafka_retention_headroom_records",
-            "Records retention can delete before it deletes one the query has not read: the "
-            "next offset to read minus the log start, least over the partitions with records "
-            "waiting (negative: deleted unread).",
-            ["query", "topic"],
-            registry=registry,
-        )
-        self.kafka_lag_polled_at = Gauge(
-            f"{PREFIX}_kafka_lag_polled_timestamp_seconds",
-            "When a query's Kafka lag was last polled successfully (the poller's start "
-            "until its first success).",
-            ["query"],
-            registry=registry,
-        )
-        self.reconcile_checks = Counter(
-            f"{PREFIX}_reconcile_checks_total",
-            "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
-            "not hold) or error (the lake or a checkpoint could not be read; retried).",
-            ["result"],
-            registry=registry,
-        )
         for result in ("ok", "broken", "error"):
             self.reconcile_checks.labels(result)
-        self.group_commits = Counter(
-            f"{PREFIX}_consumer_group_commits",
-            "Commits of an ingest query's checkpoint offsets to INGEST_KAFKA_CONSUMER_GROUP, by "
-            "result (ok, error: retried with the next batch), for Kafka's own lag tools.",
-            ["query", "result"],
-            registry=registry,
-        )
-        self.reconcile_problems = Gauge(
-            f"{PREFIX}_reconcile_problems",
-            "Invariant violations the driver's periodic reconcile found since it started.",
-            registry=registry,
-        )
-        self.reconcile_records = Counter(
-            f"{PREFIX}_reconcile_records_checked_total",
-            "Bronze records the driver's periodic reconcile checked, per table.",
-            ["table"],
-            registry=registry,
-        )
-        self.reconcile_last_check = Gauge(
-            f"{PREFIX}_reconcile_last_check_timestamp_seconds",
-            "Unix time the driver's last periodic reconcile check completed (the checks' "
-            "start until the first completes; 0: checks off).",
-            registry=registry,
-        )
-        self.kafka_offsets_skipped = Counter(
-            f"{PREFIX}_kafka_offsets_skipped_total",
-            "Kafka offsets the brokers no longer had when the driver started, skipped on "
-            "INGEST_KAFKA_SKIP_LOST_OFFSETS (bronze/skipped_offsets lists them).",
-            ["topic"],
-            registry=registry,
-        )
-        self.reconcile_duration = Gauge(
-            f"{PREFIX}_reconcile_duration_seconds",
-            "Wall time of the driver's last periodic reconcile check.",
-            registry=registry,
-        )
-        self.freshness = Gauge(
-            f"{PREFIX}_freshness_timestamp_seconds",
-            "Time up to which a query's output is complete: its event-time watermark "
-            "(basis=watermark) or when it last caught up with Kafka (basis=caught_up); "
-            "a watermarked query's last idle trigger, its input empty (basis=idle).",
-            ["query", "basis"],
-            registry=registry,
-        )
-        self.state_rows = Gauge(
-            f"{PREFIX}_state_rows",
-            "Rows held in a query's state stores (0 for stateless queries).",
-            ["query"],
-            registry=registry,
-        )
-        self.state_memory = Gauge(
-            f"{PREFIX}_state_memory_bytes",
-            "Memory used by a query's state stores.",
-            ["query"],
-            registry=registry,
-        )
-        self.dropped_by_watermark = Counter(
-            f"{PREFIX}_rows_dropped_by_watermark_total",
-            "Late rows dropped by a stateful operator because they were behind the watermark.",
-            ["query"],
-            registry=registry,
-        )
-        self.quarantined = Counter(
-            f"{PREFIX}_quarantined_rows_total",
-            "Records rejected into silver/quarantine, by error code.",
-            ["query", "error_code"],
-            registry=registry,
-        )
-        self.duplicates = Counter(
-            f"{PREFIX}_duplicates_dropped_total",
-            "Events dropped as duplicates of an id seen within the dedup horizon.",
-            ["query"],
-            registry=registry,
-        )
-        self.rows_written = Counter(
-            f"{PREFIX}_table_rows_written_total",
-            "Rows appended or merged into a table.",
-            ["query", "table"],
-            registry=registry,
-        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -586,12 +653,12 @@ class IngestMetrics:
         (`service.driver.lag.LagPoller`)."""
         if headroom is not None:
             self.kafka_retention_headroom.labels(query, topic).set(headroom)
-        for stat, value in (
-            ("min", min(lags)),
-            ("avg", sum(lags) / len(lags)),
-            ("max", max(lags)),
+        for gauge, value in (
+            (self.kafka_lag_min, min(lags)),
+            (self.kafka_lag_avg, sum(lags) / len(lags)),
+            (self.kafka_lag_max, max(lags)),
         ):
-            self.kafka_lag[stat].labels(query, topic).set(value)
+            gauge.labels(query, topic).set(value)
         self.kafka_lag_total.labels(query, topic).set(sum(lags))
         with self._lock:
             self._records_waiting[query] = sum(lags)

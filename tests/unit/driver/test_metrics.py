@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 import structlog
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -17,6 +17,8 @@ from pyspark.sql.streaming.listener import (
 )
 
 from service.driver.metrics import (
+    FAMILIES,
+    MAINTENANCE_FAMILIES,
     IngestMetrics,
     MetricsListener,
     termination_error_class,
@@ -294,6 +296,27 @@ def test_malformed_progress_is_logged_and_does_not_raise(
         listener.onQueryProgress(parsed)
 
     assert "progress_metrics_failed" in [line["event"] for line in logs]
+
+
+def test_each_family_of_the_table_is_the_attribute_of_its_key_and_kind(
+    registry: CollectorRegistry, metrics: IngestMetrics
+) -> None:
+    assert set(IngestMetrics.__annotations__) == set(FAMILIES)
+    for key, family in FAMILIES.items():
+        assert type(getattr(metrics, key)) is family.kind, key
+        assert IngestMetrics.__annotations__[key] == family.kind.__name__, key
+    maintenance = {k: type(getattr(metrics.maintenance, k)) for k in MAINTENANCE_FAMILIES}
+    assert maintenance == {k: f.kind for k, f in MAINTENANCE_FAMILIES.items()}
+    for family in (*FAMILIES.values(), *MAINTENANCE_FAMILIES.values()):
+        assert not family.buckets or family.kind is Histogram, family.name
+    # Every family is exported under its own name (a counter's without "_total"), once.
+    names = [m.name for m in registry.collect()]
+    assert len(names) == len(set(names))
+    exported = {
+        f"lakehouse_ingest_{f.name}".removesuffix("_total" if f.kind is Counter else "")
+        for f in FAMILIES.values()
+    }
+    assert exported <= set(names)
 
 
 def test_build_info_and_process_start_time_are_exported(registry: CollectorRegistry) -> None:
