@@ -480,26 +480,7 @@ class _LakeChecks:
             for r in self._run(missing_sql(source, recorded)).to_pylist()
         }
         duplicates = _ranges(self._run(repeated_sql(source, MAX_RANGES + 1)).to_pylist())
-        partitions = []
-        for row in summary:
-            absent = row["last_offset"] - row["first_offset"] + 1 - row["offsets"]
-            lost = missing.get((row["kafka_topic"], row["kafka_partition"]), 0)
-            partitions.append(
-                PartitionOffsets(
-                    table=table.name,
-                    topic=row["kafka_topic"],
-                    partition=row["kafka_partition"],
-                    first_offset=row["first_offset"],
-                    last_offset=row["last_offset"],
-                    rows=row["row_count"],
-                    missing_offsets=lost,
-                    duplicate_rows=row["row_count"] - row["offsets"],
-                    gaps=_of_partition(gaps, row),
-                    duplicates=_of_partition(duplicates, row),
-                    without_record=absent - lost,
-                )
-            )
-        return partitions
+        return [_partition_offsets(table, row, gaps, missing, duplicates) for row in summary]
 
     def coverage(
         self,
@@ -585,6 +566,33 @@ class _LakeChecks:
         if not stray:
             return []
         return [f"{QUARANTINE_TABLE.name}: {stray} rows of topics neither bronze table holds"]
+
+
+def _partition_offsets(
+    table: Table,
+    row: Mapping[str, Any],
+    gaps: Sequence[OffsetRange],
+    missing: Mapping[tuple[str, int], int],
+    duplicates: Sequence[OffsetRange],
+) -> PartitionOffsets:
+    """One partition's offsets in bronze ``table`` from its ``row`` of the summary (first
+    and last offset, rows, distinct offsets) and the table's gaps, missing offsets (those
+    not recorded as holding no record) and repeated offsets."""
+    absent = row["last_offset"] - row["first_offset"] + 1 - row["offsets"]
+    lost = missing.get((row["kafka_topic"], row["kafka_partition"]), 0)
+    return PartitionOffsets(
+        table=table.name,
+        topic=row["kafka_topic"],
+        partition=row["kafka_partition"],
+        first_offset=row["first_offset"],
+        last_offset=row["last_offset"],
+        rows=row["row_count"],
+        missing_offsets=lost,
+        duplicate_rows=row["row_count"] - row["offsets"],
+        gaps=_of_partition(gaps, row),
+        duplicates=_of_partition(duplicates, row),
+        without_record=absent - lost,
+    )
 
 
 def increments_sql(increments: Increments) -> str:
