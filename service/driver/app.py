@@ -134,7 +134,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             lambda increments: reconcile(
                 LakeReader.from_settings(settings), settings, None, increments
             ),
-            metrics,
+            metrics.reconcile,
             settings.reconcile_interval_seconds,
         )
         auditing = bool(settings.reconcile_interval_seconds) and not available_now
@@ -162,7 +162,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
                 targets,
                 stable,
                 files,
-                metrics,
+                metrics.lag,
                 settings.kafka_starting_offsets == "earliest",
                 settings.lag_poll_seconds,
             )

@@ -178,45 +178,6 @@ FAMILIES = {
         "Time spent in each trigger phase (Spark durationMs: addBatch, walCommit, ...).",
         ("query", "phase"),
     ),
-    **{
-        f"kafka_lag_{stat}": Family(
-            Gauge,
-            f"kafka_{stat}_offsets_behind_latest",
-            f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
-            "the lake (broker end offset minus the checkpoint's), polled every "
-            "INGEST_LAG_POLL_SECONDS.",
-            _LAG,
-        )
-        for stat in _KAFKA_LAG_STATS
-    },
-    "kafka_lag_total": Family(
-        Gauge,
-        "kafka_offsets_behind_latest",
-        "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
-        _LAG,
-    ),
-    "kafka_retention_headroom": Family(
-        Gauge,
-        "kafka_retention_headroom_records",
-        "Records retention can delete before it deletes one the query has not read: the "
-        "next offset to read minus the log start, least over the partitions with records "
-        "waiting (negative: deleted unread).",
-        _LAG,
-    ),
-    "kafka_lag_polled_at": Family(
-        Gauge,
-        "kafka_lag_polled_timestamp_seconds",
-        "When a query's Kafka lag was last polled successfully (the poller's start "
-        "until its first success).",
-        _QUERY,
-    ),
-    "reconcile_checks": Family(
-        Counter,
-        "reconcile_checks_total",
-        "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
-        "not hold) or error (the lake or a checkpoint could not be read; retried).",
-        ("result",),
-    ),
     "group_commits": Family(
         Counter,
         "consumer_group_commits",
@@ -224,34 +185,12 @@ FAMILIES = {
         "result (ok, error: retried with the next batch), for Kafka's own lag tools.",
         ("query", "result"),
     ),
-    "reconcile_problems": Family(
-        Gauge,
-        "reconcile_problems",
-        "Invariant violations the driver's periodic reconcile found since it started.",
-    ),
-    "reconcile_records": Family(
-        Counter,
-        "reconcile_records_checked_total",
-        "Bronze records the driver's periodic reconcile checked, per table.",
-        ("table",),
-    ),
-    "reconcile_last_check": Family(
-        Gauge,
-        "reconcile_last_check_timestamp_seconds",
-        "Unix time the driver's last periodic reconcile check completed (the checks' "
-        "start until the first completes; 0: checks off).",
-    ),
     "kafka_offsets_skipped": Family(
         Counter,
         "kafka_offsets_skipped_total",
         "Kafka offsets the brokers no longer had when the driver started, skipped on "
         "INGEST_KAFKA_SKIP_LOST_OFFSETS (bronze/skipped_offsets lists them).",
         ("topic",),
-    ),
-    "reconcile_duration": Family(
-        Gauge,
-        "reconcile_duration_seconds",
-        "Wall time of the driver's last periodic reconcile check.",
     ),
     "freshness": Family(
         Gauge,
@@ -293,6 +232,76 @@ FAMILIES = {
         "table_rows_written_total",
         "Rows appended or merged into a table.",
         ("query", "table"),
+    ),
+}
+
+
+# The families of `LagMetrics`.
+LAG_FAMILIES = {
+    **{
+        f"kafka_lag_{stat}": Family(
+            Gauge,
+            f"kafka_{stat}_offsets_behind_latest",
+            f"{stat.capitalize()} over partitions of records in Kafka not yet committed to "
+            "the lake (broker end offset minus the checkpoint's), polled every "
+            "INGEST_LAG_POLL_SECONDS.",
+            _LAG,
+        )
+        for stat in _KAFKA_LAG_STATS
+    },
+    "kafka_lag_total": Family(
+        Gauge,
+        "kafka_offsets_behind_latest",
+        "Records in Kafka not yet committed to the lake, summed over a topic's partitions.",
+        _LAG,
+    ),
+    "kafka_retention_headroom": Family(
+        Gauge,
+        "kafka_retention_headroom_records",
+        "Records retention can delete before it deletes one the query has not read: the "
+        "next offset to read minus the log start, least over the partitions with records "
+        "waiting (negative: deleted unread).",
+        _LAG,
+    ),
+    "kafka_lag_polled_at": Family(
+        Gauge,
+        "kafka_lag_polled_timestamp_seconds",
+        "When a query's Kafka lag was last polled successfully (the poller's start "
+        "until its first success).",
+        _QUERY,
+    ),
+}
+
+# The families of `ReconcileMetrics`.
+RECONCILE_FAMILIES = {
+    "reconcile_checks": Family(
+        Counter,
+        "reconcile_checks_total",
+        "The driver's periodic reconcile checks by result: ok, broken (an invariant does "
+        "not hold) or error (the lake or a checkpoint could not be read; retried).",
+        ("result",),
+    ),
+    "reconcile_problems": Family(
+        Gauge,
+        "reconcile_problems",
+        "Invariant violations the driver's periodic reconcile found since it started.",
+    ),
+    "reconcile_records": Family(
+        Counter,
+        "reconcile_records_checked_total",
+        "Bronze records the driver's periodic reconcile checked, per table.",
+        ("table",),
+    ),
+    "reconcile_last_check": Family(
+        Gauge,
+        "reconcile_last_check_timestamp_seconds",
+        "Unix time the driver's last periodic reconcile check completed (the checks' "
+        "start until the first completes; 0: checks off).",
+    ),
+    "reconcile_duration": Family(
+        Gauge,
+        "reconcile_duration_seconds",
+        "Wall time of the driver's last periodic reconcile check.",
     ),
 }
 
@@ -418,12 +427,94 @@ class JvmMetrics(Collector):
         return iter(())
 
 
-class IngestMetrics:
-    """The service's metric families on ``registry``, updated through intent-named methods.
+class LagMetrics:
+    """Each query's polled Kafka lag and retention headroom: the sink of
+    `service.driver.lag.LagPoller`. Each family of `LAG_FAMILIES` is the attribute of its key."""
 
-    ``maintenance`` (the table maintenance families) is registered on ``registry`` too.
-    Each family of `FAMILIES` is the attribute of its key.
-    """
+    kafka_lag_min: Gauge
+    kafka_lag_avg: Gauge
+    kafka_lag_max: Gauge
+    kafka_lag_total: Gauge
+    kafka_retention_headroom: Gauge
+    kafka_lag_polled_at: Gauge
+
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records_waiting: dict[str, int] = {}
+        for attribute, family in LAG_FAMILIES.items():
+            setattr(self, attribute, family.build(registry))
+
+    def records_waiting(self, query: str) -> int | None:
+        """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
+        with self._lock:
+            return self._records_waiting.get(query)
+
+    def kafka_lag_declared(self, query: str) -> None:
+        """Start ``query``'s polled time at now, so polls that never succeed age it."""
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
+
+    def kafka_lag_polled(
+        self, query: str, topic: str, lags: Sequence[int], headroom: int | None = None
+    ) -> None:
+        """Record a query's polled per-partition lag and its retention headroom
+        (`service.driver.lag.LagPoller`)."""
+        if headroom is not None:
+            self.kafka_retention_headroom.labels(query, topic).set(headroom)
+        for gauge, value in (
+            (self.kafka_lag_min, min(lags)),
+            (self.kafka_lag_avg, sum(lags) / len(lags)),
+            (self.kafka_lag_max, max(lags)),
+        ):
+            gauge.labels(query, topic).set(value)
+        self.kafka_lag_total.labels(query, topic).set(sum(lags))
+        with self._lock:
+            self._records_waiting[query] = sum(lags)
+        self.kafka_lag_polled_at.labels(query).set(self._clock())
+
+
+class ReconcileMetrics:
+    """The driver's periodic reconcile checks: the sink of
+    `service.driver.lake_audit.LakeAuditor`. Each family of `RECONCILE_FAMILIES` is the
+    attribute of its key."""
+
+    reconcile_checks: Counter
+    reconcile_problems: Gauge
+    reconcile_records: Counter
+    reconcile_last_check: Gauge
+    reconcile_duration: Gauge
+
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        for attribute, family in RECONCILE_FAMILIES.items():
+            setattr(self, attribute, family.build(registry))
+        for result in ("ok", "broken", "error"):
+            self.reconcile_checks.labels(result)
+
+    def reconcile_checked(
+        self, records: Mapping[str, int], problems: int, duration_seconds: float
+    ) -> None:
+        """Record a periodic reconcile check (`service.driver.lake_audit.LakeAuditor`)."""
+        self.reconcile_checks.labels("broken" if problems else "ok").inc()
+        self.reconcile_problems.inc(problems)
+        for table, count in records.items():
+            self.reconcile_records.labels(table).inc(count)
+        self.reconcile_last_check.set(self._clock())
+        self.reconcile_duration.set(max(0.0, duration_seconds))
+
+    def reconcile_declared(self) -> None:
+        """Start the last-check time at now, so a first check that never completes ages it."""
+        self.reconcile_last_check.set(self._clock())
+
+    def reconcile_failed(self) -> None:
+        """Record a periodic reconcile check that could not read the lake or a checkpoint."""
+        self.reconcile_checks.labels("error").inc()
+
+
+class IngestMetrics:
+    """The service's metric families on ``registry``, updated through intent-named methods:
+    each family of `FAMILIES` is the attribute of its key; ``lag``, ``reconcile``,
+    ``maintenance`` and ``jvm`` hold the others, registered on ``registry`` too."""
 
     build_info: Gauge
     ready: Gauge
@@ -438,19 +529,8 @@ class IngestMetrics:
     processed_rate: Gauge
     batch_duration: Histogram
     phase_seconds: Counter
-    kafka_lag_min: Gauge
-    kafka_lag_avg: Gauge
-    kafka_lag_max: Gauge
-    kafka_lag_total: Gauge
-    kafka_retention_headroom: Gauge
-    kafka_lag_polled_at: Gauge
-    reconcile_checks: Counter
     group_commits: Counter
-    reconcile_problems: Gauge
-    reconcile_records: Counter
-    reconcile_last_check: Gauge
     kafka_offsets_skipped: Counter
-    reconcile_duration: Gauge
     freshness: Gauge
     state_rows: Gauge
     state_memory: Gauge
@@ -459,26 +539,21 @@ class IngestMetrics:
     duplicates: Counter
     rows_written: Counter
 
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_event: dict[str, float] = {}
-        self._records_waiting: dict[str, int] = {}
         self._caught_up: dict[str, float] = {}
         self.maintenance = MaintenanceMetrics(clock)
         registry.register(self.maintenance)
         self.jvm = JvmMetrics()
         registry.register(self.jvm)
+        self.lag = LagMetrics(registry, clock)
+        self.reconcile = ReconcileMetrics(registry, clock)
         ProcessCollector(namespace=PREFIX, registry=registry)
         for attribute, family in FAMILIES.items():
             setattr(self, attribute, family.build(registry))
         self.build_info.labels(service.__version__, pyspark.__version__, _python_version()).set(1)
-        for result in ("ok", "broken", "error"):
-            self.reconcile_checks.labels(result)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -552,28 +627,9 @@ class IngestMetrics:
         """Record a commit of ``query``'s checkpoint offsets to the consumer group."""
         self.group_commits.labels(query, "ok" if ok else "error").inc()
 
-    def reconcile_checked(
-        self, records: Mapping[str, int], problems: int, duration_seconds: float
-    ) -> None:
-        """Record a periodic reconcile check (`service.driver.lake_audit.LakeAuditor`)."""
-        self.reconcile_checks.labels("broken" if problems else "ok").inc()
-        self.reconcile_problems.inc(problems)
-        for table, count in records.items():
-            self.reconcile_records.labels(table).inc(count)
-        self.reconcile_last_check.set(self._clock())
-        self.reconcile_duration.set(max(0.0, duration_seconds))
-
-    def reconcile_declared(self) -> None:
-        """Start the last-check time at now, so a first check that never completes ages it."""
-        self.reconcile_last_check.set(self._clock())
-
     def offsets_skipped(self, topic: str, count: int) -> None:
         """Record ``count`` offsets of ``topic`` skipped at start (`service.kafka.lost_offsets`)."""
         self.kafka_offsets_skipped.labels(topic).inc(count)
-
-    def reconcile_failed(self) -> None:
-        """Record a periodic reconcile check that could not read the lake or a checkpoint."""
-        self.reconcile_checks.labels("error").inc()
 
     def watch_storage(self, last_write: Callable[[], float]) -> None:
         """Report ``last_write()`` (unix time of the last successful storage write) at scrape."""
@@ -616,7 +672,7 @@ class IngestMetrics:
                 self.phase_seconds.labels(name, _label(phase)).inc(ms / 1000.0)
         caught_up = bool(progress.sources)
         for source in progress.sources:
-            caught_up = self._source_reported(name, source) and caught_up
+            caught_up = _read_all(source) and caught_up
         rows, memory, dropped = state_totals(progress)
         self.state_rows.labels(name).set(rows)
         self.state_memory.labels(name).set(memory)
@@ -627,42 +683,6 @@ class IngestMetrics:
                 self.freshness.labels(name, "watermark").set(watermark)
         elif caught_up and (started := _epoch_seconds(progress.timestamp)) is not None:
             self._caught_up_at(name, started)
-
-    def _source_reported(self, query: str, source: Any) -> bool:
-        """Whether a source read all it had (its lag is polled, see `kafka_lag_polled`)."""
-        metrics: Mapping[str, str] = source.metrics or {}
-        behind = _finite(metrics.get("maxOffsetsBehindLatest"))
-        if behind is not None:
-            return behind == 0
-        latest = source.latestOffset
-        return latest not in (None, "None", "null") and latest == source.endOffset
-
-    def records_waiting(self, query: str) -> int | None:
-        """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
-        with self._lock:
-            return self._records_waiting.get(query)
-
-    def kafka_lag_declared(self, query: str) -> None:
-        """Start ``query``'s polled time at now, so polls that never succeed age it."""
-        self.kafka_lag_polled_at.labels(query).set(self._clock())
-
-    def kafka_lag_polled(
-        self, query: str, topic: str, lags: Sequence[int], headroom: int | None = None
-    ) -> None:
-        """Record a query's polled per-partition lag and its retention headroom
-        (`service.driver.lag.LagPoller`)."""
-        if headroom is not None:
-            self.kafka_retention_headroom.labels(query, topic).set(headroom)
-        for gauge, value in (
-            (self.kafka_lag_min, min(lags)),
-            (self.kafka_lag_avg, sum(lags) / len(lags)),
-            (self.kafka_lag_max, max(lags)),
-        ):
-            gauge.labels(query, topic).set(value)
-        self.kafka_lag_total.labels(query, topic).set(sum(lags))
-        with self._lock:
-            self._records_waiting[query] = sum(lags)
-        self.kafka_lag_polled_at.labels(query).set(self._clock())
 
     def batch_written(
         self,
@@ -743,6 +763,17 @@ class MetricsListener(StreamingQueryListener):
             )
         else:
             log.info("query_terminated", query=name)
+
+
+def _read_all(source: Any) -> bool:
+    """Whether a progress event's source read all it had (its lag is polled apart:
+    `LagMetrics.kafka_lag_polled`)."""
+    metrics: Mapping[str, str] = source.metrics or {}
+    behind = _finite(metrics.get("maxOffsetsBehindLatest"))
+    if behind is not None:
+        return behind == 0
+    latest = source.latestOffset
+    return latest not in (None, "None", "null") and latest == source.endOffset
 
 
 def state_totals(progress: Any) -> tuple[int, int, int]:

@@ -226,7 +226,7 @@ class Health:
         queries = self.running.queries
         alive, reason = liveness_verdict(
             {q.spec.name: self.metrics.seconds_since_progress(q.spec.name) for q in queries},
-            {q.spec.name: self.metrics.records_waiting(q.spec.name) for q in queries},
+            {q.spec.name: self.metrics.lag.records_waiting(q.spec.name) for q in queries},
             self.settings.wedged_seconds,
         )
         if not alive:
@@ -248,7 +248,7 @@ class Health:
                     in_flight_seconds=round(seconds, 1) if seconds is not None else None,
                     last_batch_id=query.writer.last_batch_id,
                     seconds_since_progress=self.metrics.seconds_since_progress(name),
-                    records_waiting=self.metrics.records_waiting(name),
+                    records_waiting=self.metrics.lag.records_waiting(name),
                 )
             )
         heartbeat = self.lease.record.heartbeat_at if self.lease is not None else None

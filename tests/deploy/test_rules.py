@@ -137,15 +137,15 @@ def exported_names() -> set[str]:
     query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)
-    metrics.kafka_lag_polled(query.name, query.topic, [0], 100)
+    metrics.lag.kafka_lag_polled(query.name, query.topic, [0], 100)
     metrics.watch_storage(lambda: 0.0)
     metrics.watch_readiness(lambda: (True, "ok"))
     # The executors a local-mode configuration asks for (set at start, from the settings).
     metrics.jvm.executors_expected(0)
     # The families that exist only once something happened: a reconcile check, a skip at
     # start, a maintenance run.
-    metrics.reconcile_checked({"bronze/sensors": 1}, 0, 0.1)
-    metrics.reconcile_failed()
+    metrics.reconcile.reconcile_checked({"bronze/sensors": 1}, 0, 0.1)
+    metrics.reconcile.reconcile_failed()
     metrics.offsets_skipped(query.topic, 1)
     metrics.maintenance.table_files_counted("bronze/sensors", 3)
     metrics.maintenance.maintenance_succeeded("bronze/sensors", 1.0)

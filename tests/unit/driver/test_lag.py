@@ -161,7 +161,7 @@ def test_a_started_poller_whose_polls_fail_exports_its_start_as_the_last_poll(
         [QueryTarget("ingest_sensors", "sensors", checkpoint)],
         lambda _topics: {"_error": "Kafka unreachable: timed out"},
         ObjectFiles(Settings()),
-        IngestMetrics(registry, clock=lambda: 1_800_000_000.0),
+        IngestMetrics(registry, clock=lambda: 1_800_000_000.0).lag,
         from_earliest=True,
         interval_seconds=300,
     )

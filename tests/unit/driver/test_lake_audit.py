@@ -102,7 +102,7 @@ def test_the_auditor_checks_what_was_committed_since_and_exports_the_outcome(
         [QueryTarget("ingest_sensors", "sensors", f"file:{checkpoint}")],
         ObjectFiles(Settings()),
         check,
-        IngestMetrics(registry),
+        IngestMetrics(registry).reconcile,
         interval_seconds=300,
     )
     auditor.start_from_committed()
@@ -141,7 +141,7 @@ def test_a_started_auditor_counts_its_start_as_the_last_check_until_one_complete
         [QueryTarget("ingest_sensors", "sensors", f"file:{checkpoint}")],
         ObjectFiles(Settings()),
         lambda _increments: report([], 0, []),
-        metrics,
+        metrics.reconcile,
         interval_seconds=300,
     )
     last_check = "lakehouse_ingest_reconcile_last_check_timestamp_seconds"

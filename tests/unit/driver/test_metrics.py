@@ -18,7 +18,9 @@ from pyspark.sql.streaming.listener import (
 
 from service.driver.metrics import (
     FAMILIES,
+    LAG_FAMILIES,
     MAINTENANCE_FAMILIES,
+    RECONCILE_FAMILIES,
     IngestMetrics,
     MetricsListener,
     termination_error_class,
@@ -89,7 +91,7 @@ def test_started_query_is_up_with_zero_series(
 def test_polled_lag_becomes_gauges_per_topic_and_a_batch_end_does_not_overwrite_them(
     registry: CollectorRegistry, metrics: IngestMetrics, listener: MetricsListener, clock: Clock
 ) -> None:
-    metrics.kafka_lag_polled("ingest_sensors", "sensors", [3, 0, 12])
+    metrics.lag.kafka_lag_polled("ingest_sensors", "sensors", [3, 0, 12])
     progress(listener, "kafka_lagging.json")  # Spark's own figure (60) is a batch old
 
     labels = {**SENSORS, "topic": "sensors"}
@@ -301,20 +303,27 @@ def test_malformed_progress_is_logged_and_does_not_raise(
 def test_each_family_of_the_table_is_the_attribute_of_its_key_and_kind(
     registry: CollectorRegistry, metrics: IngestMetrics
 ) -> None:
-    assert set(IngestMetrics.__annotations__) == set(FAMILIES)
-    for key, family in FAMILIES.items():
-        assert type(getattr(metrics, key)) is family.kind, key
-        assert IngestMetrics.__annotations__[key] == family.kind.__name__, key
+    for holder, families in (
+        (metrics, FAMILIES),
+        (metrics.lag, LAG_FAMILIES),
+        (metrics.reconcile, RECONCILE_FAMILIES),
+    ):
+        assert set(type(holder).__annotations__) == set(families)
+        for key, family in families.items():
+            assert type(getattr(holder, key)) is family.kind, key
+            assert type(holder).__annotations__[key] == family.kind.__name__, key
     maintenance = {k: type(getattr(metrics.maintenance, k)) for k in MAINTENANCE_FAMILIES}
     assert maintenance == {k: f.kind for k, f in MAINTENANCE_FAMILIES.items()}
-    for family in (*FAMILIES.values(), *MAINTENANCE_FAMILIES.values()):
+    every = (FAMILIES, LAG_FAMILIES, RECONCILE_FAMILIES, MAINTENANCE_FAMILIES)
+    for family in (f for families in every for f in families.values()):
         assert not family.buckets or family.kind is Histogram, family.name
     # Every family is exported under its own name (a counter's without "_total"), once.
     names = [m.name for m in registry.collect()]
     assert len(names) == len(set(names))
     exported = {
         f"lakehouse_ingest_{f.name}".removesuffix("_total" if f.kind is Counter else "")
-        for f in FAMILIES.values()
+        for families in (FAMILIES, LAG_FAMILIES, RECONCILE_FAMILIES)
+        for f in families.values()
     }
     assert exported <= set(names)
 
