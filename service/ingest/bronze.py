@@ -1,4 +1,4 @@
-"""Kafka source rows → bronze rows (docs/contract.md): the exact bytes, their text, coordinates."""
+"""Kafka source rows → bronze rows (docs/promises.md): the exact bytes, their text, coordinates."""
 
 from __future__ import annotations
 

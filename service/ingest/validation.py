@@ -4,7 +4,7 @@ A payload is parsed once to a VARIANT; every field's JSON type is read from it
 exactly (``schema_of_variant``), so quoted numbers, booleans and ``"NaN"`` are
 ``type_mismatch`` and integers are told apart from other numbers. Each rule is a
 `Violation`; `first_violation` picks the winner by the ``error_code`` precedence
-(docs/contract.md), then by field order. Decisions on edge cases, each checked on
+(docs/promises.md), then by field order. Decisions on edge cases, each checked on
 Spark 4.2: a value that is null or only JSON whitespace is ``empty_payload``; the
 size limit counts bytes (``octet_length``) before any parsing; invalid UTF-8, bare
 ``NaN``/``Infinity`` tokens, duplicate keys (ambiguous), leading zeros, trailing

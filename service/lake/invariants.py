@@ -2,7 +2,7 @@
 verb reports and the driver's periodic check (`service.driver.lake_audit`) runs.
 
 Every check is a DataFusion SQL statement over the Delta tables (`service.lake.lakeview`),
-by Kafka coordinates (topic, partition, offset) and set equality (docs/contract.md, Reconciliation):
+by Kafka coordinates (topic, partition, offset) and set equality (docs/promises.md, Reconciliation):
 
 - bronze: per topic and partition, one row per offset, and the offsets contiguous
   from the first present to the last (gaps reported as ranges), but for the offsets

@@ -1,4 +1,4 @@
-"""StructType contracts: the JSON payloads (docs/contract.md) and the table schemas from them.
+"""StructType contracts: the JSON payloads (docs/promises.md) and the table schemas from them.
 
 Each payload contract is declared once. The typed columns a valid payload yields
 (`payload_columns`: nested objects flattened, e.g. ``geolocation.city`` →
@@ -48,12 +48,12 @@ RAW_RECORD = (
     StructField("value_text", StringType()),
 )
 
-# Every Kafka record as received (docs/contract.md): one row per (topic, partition, offset).
+# Every Kafka record as received (docs/promises.md): one row per (topic, partition, offset).
 # `KAFKA_RECORD` is the same without the write's ``ingested_at`` stamp.
 KAFKA_RECORD = StructType([*RAW_RECORD, *LINEAGE, StructField("headers", KAFKA_HEADERS)])
 BRONZE = StructType([*KAFKA_RECORD.fields, INGESTED_AT])
 
-# JSON payload contracts (docs/contract.md), in schema order: the order fields are checked
+# JSON payload contracts (docs/promises.md), in schema order: the order fields are checked
 # in, and the known top-level names (everything else is rescued). Types are the typed
 # columns a valid payload yields, not the JSON types (timestamps arrive as ISO-8601
 # strings or epoch milliseconds, dates as strings).
@@ -113,7 +113,7 @@ MAGNITUDE = StructField("magnitude", DoubleType())
 # The typed reading: the payload's columns and the derived magnitude.
 SENSOR_READING = StructType([*(c for _, c in payload_columns(SENSOR_READING_PAYLOAD)), MAGNITUDE])
 
-# Valid readings, typed (docs/contract.md); partitioned by event_date (UTC day of event_time).
+# Valid readings, typed (docs/promises.md); partitioned by event_date (UTC day of event_time).
 SILVER_SENSOR_READINGS = StructType(
     [
         *SENSOR_READING.fields,
@@ -130,7 +130,7 @@ USER_PROFILE = StructType(
     [StructField(c.name, c.dataType) for _, c in payload_columns(USER_PAYLOAD) if c != USER_ID]
 )
 
-# Current profile per user (docs/contract.md); lineage is that of the change applied last.
+# Current profile per user (docs/promises.md); lineage is that of the change applied last.
 SILVER_USERS = StructType(
     [
         USER_ID,
@@ -143,7 +143,7 @@ SILVER_USERS = StructType(
     ]
 )
 
-# Rejected records of every topic, with the raw value and the reason (docs/contract.md).
+# Rejected records of every topic, with the raw value and the reason (docs/promises.md).
 QUARANTINE = StructType(
     [
         *LINEAGE,

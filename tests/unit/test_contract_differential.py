@@ -155,7 +155,7 @@ _RFC3339_DATE_TIME = re.compile(
     r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
 # docs/contracts.md: "date and time separated by `T` or a space; no zone, meaning UTC;
-# offsets `±hh` and `±hhmm` besides `±hh:mm` and `Z`" (docs/contract.md: "an optional fraction").
+# offsets `±hh` and `±hhmm` besides `±hh:mm` and `Z`" (docs/promises.md: "an optional fraction").
 _DOCUMENTED_DATE_TIME = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})([T ])([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
     r"(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?"
