@@ -13,9 +13,14 @@ unknown entity inserts a deleted row without fields. The MERGE commits with
 
 from __future__ import annotations
 
+import json
+
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
+from service.lake.delta import append_once, latest_snapshot
 from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -73,6 +78,23 @@ def merge_clauses(
     return f"t.{key} = s.{key}", f"({newer}) OR ({tombstone_newer})", update, insert
 
 
+def inserted(
+    latest_changes: DataFrame, insert: dict[str, str | Column], schema: StructType
+) -> DataFrame:
+    """The rows the MERGE inserts for ``latest_changes`` (aliased ``s``) when none matches:
+    ``insert``'s values, in the table's ``schema`` (a column without one is null)."""
+    source = latest_changes.alias("s")
+    return source.select(
+        *[_value(insert.get(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields]
+    )
+
+
+def _value(value: str | Column | None) -> Column:
+    if value is None:
+        return F.lit(None)
+    return F.expr(value) if isinstance(value, str) else value
+
+
 def merge_entities_once(
     latest_changes: DataFrame,
     uri: str,
@@ -94,9 +116,19 @@ def merge_entities_once(
     cached block is lost: the copy (one more job per batch) is skipped. Delta 4.4 refuses
     a cached source it did not copy, for a cache of a Delta table that a concurrent write
     may change under it; ours caches Kafka records, so that check is off for the MERGE.
+
+    Into a table without a file (a new lake's first batch) every change is an insert: the
+    rows the MERGE would insert are appended under the same txn (`append_once`), without
+    the MERGE's join and its jobs: a first batch of 50 users on a cold driver wrote silver
+    in 4.1-5.3 s and 6 jobs against 6.5 s and 7.
     """
     on, changed, update, insert = clauses
     session = latest_changes.sparkSession
+    _, snapshot = latest_snapshot(session, uri)
+    if insert and snapshot.numOfFiles() == 0:
+        schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
+        append_once(inserted(latest_changes, insert, schema), uri, txn_app_id, txn_version)
+        return
     target = DeltaTable.forPath(session, uri)
     session.conf.set(_TXN_APP_ID, txn_app_id)
     session.conf.set(_TXN_VERSION, str(txn_version))

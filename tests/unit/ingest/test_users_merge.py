@@ -157,3 +157,42 @@ def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
         spark.conf.get("spark.databricks.delta.write.txnVersion", None),
     )
     assert expected == actual
+
+
+def test_a_first_batch_into_an_empty_table_is_appended_as_the_merge_would_insert_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    records: list[tuple[str | None, str | None]] = [
+        ("1", profile(user_id=1, first_name="a", updated_at="2024-04-01T00:00:00Z")),
+        ("1", profile(user_id=1, first_name="b", updated_at="2024-04-20T00:00:00Z")),
+        ("2", profile(user_id=2, first_name="gone", updated_at="2024-04-01T00:00:00Z")),
+        ("2", None),  # a tombstone newer than the upsert
+        ("3", None),  # a tombstone for an unknown user: a deleted row without fields
+        ("4", '{"user_id": 4, "first_name": "x", "updated_at": "2024-04-02T00:00:00Z", "z": 1}'),
+    ]
+    appended, merged = f"file:{tmp_path}/appended", f"file:{tmp_path}/merged"
+    for uri in (appended, merged):
+        ensure_table(LOCAL_FILES, uri, USERS)
+    merge(spark, appended, records, version=0)
+    # Delta's own MERGE of the same changes into the same empty table.
+    bronze = bronze_frame(spark, records, "users", arrival=BATCH_ARRIVAL)
+    valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
+    mode = Entities(CONTRACT)
+    on, changed, update, insert = mode.merge_clauses()
+    (
+        DeltaTable.forPath(spark, merged)
+        .alias("t")
+        .merge(mode.latest_changes(valid).alias("s"), on)
+        .whenMatchedUpdate(condition=changed, set=update)
+        .whenNotMatchedInsert(values=insert)
+        .execute()
+    )
+
+    assert table(spark, merged) == table(spark, appended)
+    assert len(table(spark, appended)) == 4
+    history = DeltaTable.forPath(spark, appended).history(1).first()
+    assert history is not None and history["operation"] == "WRITE"
+    # The append recorded the batch's txn: replayed, the batch writes nothing.
+    version = table_version(spark, appended)
+    merge(spark, appended, records[:1], version=0)
+    assert table_version(spark, appended) == version
