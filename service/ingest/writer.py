@@ -106,17 +106,21 @@ class BatchWriter(QueryWriter):
             finally:
                 parsed.unpersist()
             self.on_batch(self.query.name, outcome)
-            log.info(
-                "batch_written",
-                query=self.query.name,
-                batch_id=batch_id,
-                rows_in=outcome.rows_in,
-                quarantined=sum(outcome.quarantined.values()),
-                duplicates=outcome.duplicates,
-                rows_out=outcome.rows_written,
-                offsets_without_record=outcome.offsets_without_record,
-                **profile.summary(),
-            )
+            profiled = profile.summary()
+        # Logged once the batch is no longer in flight (its tables' due maintenance ran in
+        # `writing`): a graceful stop's "stopping" line, which names the batch in flight,
+        # always comes before that batch's "batch_written".
+        log.info(
+            "batch_written",
+            query=self.query.name,
+            batch_id=batch_id,
+            rows_in=outcome.rows_in,
+            quarantined=sum(outcome.quarantined.values()),
+            duplicates=outcome.duplicates,
+            rows_out=outcome.rows_written,
+            offsets_without_record=outcome.offsets_without_record,
+            **profiled,
+        )
 
     def _write(
         self, parsed: DataFrame, summary: BatchSummary, written: Written, gaps: OffsetGaps
