@@ -123,18 +123,22 @@ def find_duplicates(
 def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:
     """The ``event_id``s of ``readings`` that ``readings`` and ``recent_silver`` together
     hold at two Kafka coordinates or more: every id `find_duplicates` can report, and
-    those of repeats beyond the horizon. One aggregation, no sort; usually empty.
+    those of repeats beyond the horizon. One hash aggregation, no sort; usually empty.
+
+    An id's coordinates are not all one exactly when its partitions' or its offsets' least
+    and greatest differ: the aggregation keeps four numbers and a flag per id, which
+    Spark's hash aggregation holds in place (the least and greatest *pair*, a struct, made
+    it sort every row of the batch and the horizon by id, twice).
     """
-    at = F.struct(*_COORDINATES)
-    rows = readings.select("event_id", at.alias("_at"), F.lit(True).alias("_batch")).unionByName(
-        recent_silver.select("event_id", at.alias("_at"), F.lit(False).alias("_batch"))
+    columns = ["event_id", *_COORDINATES]
+    rows = readings.select(*columns, F.lit(True).alias("_batch")).unionByName(
+        recent_silver.select(*columns, F.lit(False).alias("_batch"))
     )
+    spread = [F.min(c) != F.max(c) for c in _COORDINATES]
     return (
         rows.groupBy("event_id")
-        .agg(
-            F.min("_at").alias("_first"), F.max("_at").alias("_last"), F.max("_batch").alias("_in")
-        )
-        .where(F.col("_in") & (F.col("_first") != F.col("_last")))
+        .agg(F.max("_batch").alias("_in"), (spread[0] | spread[1]).alias("_spread"))
+        .where(F.col("_in") & F.col("_spread"))
         .select("event_id")
     )
 

@@ -71,6 +71,35 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
     ]
 
 
+def test_an_id_is_a_candidate_when_its_partitions_or_its_offsets_differ(
+    spark: SparkSession,
+) -> None:
+    batch = readings(
+        spark,
+        [
+            ("partitions", 0, 5, T0), ("partitions", 1, 5, T0),  # the same offset
+            ("offsets", 2, 5, T0), ("offsets", 2, 6, T0),  # the same partition
+            ("silver", 1, 3, T0),  # and silver's at (1, 4)
+            ("replayed", 0, 9, T0),  # silver's at the same coordinates
+            ("once", 0, 10, T0),
+        ],
+    )  # fmt: skip
+    silver = readings(
+        spark,
+        [
+            ("silver", 1, 4, T0),
+            ("replayed", 0, 9, T0),
+            ("silver-only", 0, 1, T0),
+            ("silver-only", 1, 1, T0),
+        ],
+    )
+    candidates = duplicate_candidates(batch, silver)
+    assert ["offsets", "partitions", "silver"] == sorted(r.event_id for r in candidates.collect())
+    # A hash aggregation: no sort of the batch and the horizon by id.
+    plan = candidates._jdf.queryExecution().executedPlan().toString()
+    assert ("HashAggregate" in plan, "SortAggregate" in plan) == (True, False), plan
+
+
 def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     silver = readings(spark, [("a", 0, 1, T0)])
     batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
