@@ -63,8 +63,9 @@ _LAG = ("query", "topic")
 @dataclass(frozen=True)
 class Family:
     """A metric family the service exports: its kind, name (after ``lakehouse_ingest_``),
-    help text and labels; `IngestMetrics` and `MaintenanceMetrics` build theirs from
-    `FAMILIES` and `MAINTENANCE_FAMILIES`."""
+    help text and labels. `declare` builds a table of them (`FAMILIES`, `LAG_FAMILIES`,
+    `RECONCILE_FAMILIES`) as an object's attributes; `MaintenanceMetrics` builds
+    `MAINTENANCE_FAMILIES` unregistered."""
 
     kind: type[Counter] | type[Gauge] | type[Histogram]
     name: str
@@ -78,6 +79,12 @@ class Family:
         if self.kind is Histogram and self.buckets:
             return Histogram(name, self.help, self.labels, registry=registry, buckets=self.buckets)
         return self.kind(name, self.help, self.labels, registry=registry)
+
+
+def declare(owner: object, families: Mapping[str, Family], registry: CollectorRegistry) -> None:
+    """Build each of ``families`` on ``registry`` as ``owner``'s attribute of its key."""
+    for attribute, family in families.items():
+        setattr(owner, attribute, family.build(registry))
 
 
 MAINTENANCE_FAMILIES = {
@@ -442,8 +449,7 @@ class LagMetrics:
         self._clock = clock
         self._lock = threading.Lock()
         self._records_waiting: dict[str, int] = {}
-        for attribute, family in LAG_FAMILIES.items():
-            setattr(self, attribute, family.build(registry))
+        declare(self, LAG_FAMILIES, registry)
 
     def records_waiting(self, query: str) -> int | None:
         """A query's last polled Kafka lag, summed over partitions (None: not polled)."""
@@ -486,8 +492,7 @@ class ReconcileMetrics:
 
     def __init__(self, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
         self._clock = clock
-        for attribute, family in RECONCILE_FAMILIES.items():
-            setattr(self, attribute, family.build(registry))
+        declare(self, RECONCILE_FAMILIES, registry)
         for result in ("ok", "broken", "error"):
             self.reconcile_checks.labels(result)
 
@@ -551,8 +556,7 @@ class IngestMetrics:
         self.lag = LagMetrics(registry, clock)
         self.reconcile = ReconcileMetrics(registry, clock)
         ProcessCollector(namespace=PREFIX, registry=registry)
-        for attribute, family in FAMILIES.items():
-            setattr(self, attribute, family.build(registry))
+        declare(self, FAMILIES, registry)
         self.build_info.labels(service.__version__, pyspark.__version__, _python_version()).set(1)
 
     # -- lifecycle ---------------------------------------------------------------------------
