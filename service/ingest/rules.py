@@ -34,6 +34,8 @@ from pyspark.sql import functions as F
 
 from service.contracts.model import Branch, Condition, Contract, Field
 from service.ingest.validation import (
+    MAX_EPOCH_MILLIS,
+    MIN_EPOCH_MILLIS,
     JsonField,
     Violation,
     json_object,
@@ -42,8 +44,6 @@ from service.ingest.validation import (
 
 # 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
 _LONG_LIMIT = 9.223372036854775807e18
-_MIN_EPOCH_MILLIS = -62_135_596_800_000
-_MAX_EPOCH_MILLIS = 253_402_300_799_999
 _EXPECTED = {
     "string": "a JSON string",
     "integer": "a JSON integer",
@@ -215,7 +215,7 @@ def _value_rules(
             Violation(
                 "out_of_range",
                 (field.kind == "integer")
-                & ~field.as_long().between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS),
+                & ~field.as_long().between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS),
                 _detail(path, "epoch milliseconds outside years 1-9999"),
             ),
         ]

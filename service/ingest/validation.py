@@ -67,12 +67,10 @@ _ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)\z"
 _ISO_DATE = r"^\d{4}-\d{2}-\d{2}\z"
 # Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: the instants
 # every reader of the lake can hold (Python's datetime, for one, has no year 0).
-_MIN_EPOCH_MILLIS = -62_135_596_800_000
-_MAX_EPOCH_MILLIS = 253_402_300_799_999
-_MIN_MICROS, _MAX_MICROS = _MIN_EPOCH_MILLIS * 1000, _MAX_EPOCH_MILLIS * 1000 + 999
+MIN_EPOCH_MILLIS = -62_135_596_800_000
+MAX_EPOCH_MILLIS = 253_402_300_799_999
+_MIN_MICROS, _MAX_MICROS = MIN_EPOCH_MILLIS * 1000, MAX_EPOCH_MILLIS * 1000 + 999
 _MIN_DATE, _MAX_DATE = "0001-01-01", "9999-12-31"
-# 2^63 as a double: integral JSON numbers at or beyond it do not fit a 64-bit integer.
-_LONG_LIMIT = 9.223372036854775807e18
 _SHOWN_CHARS = 64
 # The path of the payload in ``_json`` (`with_parsed_payload`).
 PAYLOAD = "$[0]"
@@ -434,7 +432,7 @@ class JsonField:
         iso = self._iso_timestamp()
         millis = self.as_long()
         epoch = F.timestamp_millis(
-            F.when(millis.between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS), millis)
+            F.when(millis.between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS), millis)
         )
         return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
 
@@ -621,131 +619,6 @@ class JsonField:
             DateType(): self.as_date,
         }
         return readers[data_type]()
-
-    def _detail(self, *parts: Column | str) -> Column:
-        return F.concat(
-            F.lit(f"{self.name}: "), *[F.lit(p) if isinstance(p, str) else p for p in parts]
-        )
-
-    def required(self, when: Column | None = None, why: str = "") -> list[Violation]:
-        """Absent or JSON null is a ``missing_field`` (only where ``when`` holds)."""
-        missing = ~self.present if when is None else when & ~self.present
-        return [Violation("missing_field", missing, self._detail("required" + why))]
-
-    def typed(self, expected: str, *kinds: str) -> list[Violation]:
-        """A present value of another JSON type than ``kinds`` is a ``type_mismatch``."""
-        return [
-            Violation(
-                "type_mismatch",
-                self.present & ~self.kind.isin(*kinds),
-                self._detail(f"expected {expected}, got ", self.kind),
-            )
-        ]
-
-    def string(self, non_empty: bool = False, one_of: Sequence[str] = ()) -> list[Violation]:
-        """Rules of a string field, optionally non-empty or from an enumeration."""
-        rules = self.typed("a JSON string", "string")
-        text = self.as_string()
-        if non_empty:
-            rules.append(Violation("invalid_value", text == "", self._detail("empty string")))
-        if one_of:
-            rules.append(
-                Violation(
-                    "invalid_value",
-                    ~text.isin(*one_of),
-                    self._detail(shown(text), f" is not one of {', '.join(one_of)}"),
-                )
-            )
-        return rules
-
-    def integer(self, minimum: int) -> list[Violation]:
-        """Rules of a 64-bit integer field of at least ``minimum``."""
-        beyond_64_bits = F.abs(F.try_variant_get(self.raw, "$", "double")) >= _LONG_LIMIT
-        return [
-            Violation(
-                "type_mismatch",
-                self.present
-                & ~(self.kind == "integer")
-                & ~((self.kind == "number") & beyond_64_bits),
-                self._detail("expected a JSON integer, got ", self.kind),
-            ),
-            Violation(
-                "out_of_range",
-                (self.kind == "number") & beyond_64_bits,
-                self._detail("integer beyond 64 bits"),
-            ),
-            Violation(
-                "out_of_range",
-                self.as_long() < minimum,
-                self._detail(self.as_long().cast("string"), f" is below {minimum}"),
-            ),
-        ]
-
-    def number(self) -> list[Violation]:
-        """Rules of a finite number field."""
-        return [
-            *self.typed("a JSON number", "integer", "number"),
-            Violation(
-                "out_of_range",
-                F.abs(self.as_double()) == float("inf"),
-                self._detail("not a finite number"),
-            ),
-        ]
-
-    def between(self, low: float, high: float, when: Column, why: str) -> list[Violation]:
-        """A number outside [low, high] where ``when`` holds is ``out_of_range``."""
-        number = self.as_double()
-        return [
-            Violation(
-                "out_of_range",
-                when & ~number.between(low, high),
-                self._detail(number.cast("string"), f" is outside {low:g}..{high:g}" + why),
-            )
-        ]
-
-    def timestamp(self) -> list[Violation]:
-        """Rules of a timestamp field: ISO-8601 string or integer epoch milliseconds."""
-        millis = self.as_long()
-        return [
-            Violation(
-                "type_mismatch",
-                self.present & ~self.kind.isin("string", "integer"),
-                self._detail(
-                    "expected an ISO-8601 string or integer epoch milliseconds, got ", self.kind
-                ),
-            ),
-            Violation(
-                "type_mismatch",
-                (self.kind == "string") & self.as_timestamp().isNull(),
-                self._detail("not an ISO-8601 timestamp: ", shown(self.as_string())),
-            ),
-            Violation(
-                "out_of_range",
-                (self.kind == "integer") & ~millis.between(_MIN_EPOCH_MILLIS, _MAX_EPOCH_MILLIS),
-                self._detail("epoch milliseconds outside years 1-9999"),
-            ),
-        ]
-
-    def date(self, low: Column, high: Column) -> list[Violation]:
-        """Rules of a ``YYYY-MM-DD`` date field within [low, high]."""
-        day = self.as_date()
-        return [
-            *self.typed("a YYYY-MM-DD string", "string"),
-            Violation(
-                "type_mismatch",
-                (self.kind == "string") & day.isNull(),
-                self._detail("not a YYYY-MM-DD date: ", shown(self.as_string())),
-            ),
-            Violation(
-                "out_of_range",
-                ~day.between(low, high),
-                self._detail(day.cast("string"), " is outside 1900-01-01..today"),
-            ),
-        ]
-
-    def object(self) -> list[Violation]:
-        """A present value other than a JSON object is a ``type_mismatch``."""
-        return self.typed("a JSON object", "object")
 
 
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
