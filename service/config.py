@@ -19,7 +19,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -240,18 +240,9 @@ def _aws(field: str) -> Any:
     return Field(default=None, validation_alias=AliasChoices(_AWS_FIELDS[field], field))
 
 
-class Settings(BaseSettings):
-    """Every setting of the service; see docs/configuration.md."""
+class ContractSettings(BaseModel):
+    """The contracts a deployment runs and the topic of each."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=_ENV_PREFIX,
-        frozen=True,
-        extra="forbid",
-        populate_by_name=True,
-        case_sensitive=False,
-    )
-
-    # Contracts and topics
     # A directory of contract files (*.json) that add to the shipped ones or replace them.
     contracts_dir: str | None = None
     # The topic of each contract by contract name, where it is not the contract's own:
@@ -261,7 +252,10 @@ class Settings(BaseSettings):
     # The contracts this deployment runs, comma-separated names (default: every one found).
     contract_names: str | None = None
 
-    # Kafka
+
+class KafkaSettings(BaseModel):
+    """The brokers, how the service connects and how it reads them."""
+
     kafka_bootstrap_servers: str = "localhost:9092"
     users_topic: str | None = Field(default=None, min_length=1)
     sensors_topic: str | None = Field(default=None, min_length=1)
@@ -289,7 +283,10 @@ class Settings(BaseSettings):
     # Offsets one read task covers at most (Spark's maxRecordsPerPartition).
     kafka_max_records_per_task: int = Field(default=50_000, gt=0)
 
-    # Storage
+
+class StorageSettings(BaseModel):
+    """Where the lake and the checkpoints live, and the S3 credentials."""
+
     storage_root: str = "./var/lakehouse"
     checkpoint_root: str | None = None
     aws_endpoint_url: str | None = _aws("aws_endpoint_url")
@@ -297,7 +294,10 @@ class Settings(BaseSettings):
     aws_secret_access_key: SecretStr | None = _aws("aws_secret_access_key")
     aws_region: str = Field(default="us-east-1", validation_alias=AliasChoices("AWS_REGION"))
 
-    # Spark
+
+class SparkSettings(BaseModel):
+    """The Spark session: local or a cluster, memory, UI, the ingest trigger."""
+
     spark_master: str = "local[*]"
     spark_driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     spark_shuffle_partitions: int = Field(default=4, gt=0)
@@ -325,7 +325,10 @@ class Settings(BaseSettings):
     spark_kubernetes_executor_pod_template: str | None = None
     spark_extra_conf: dict[str, str] = Field(default_factory=dict)
 
-    # Gold
+
+class GoldSettings(BaseModel):
+    """The gold queries: windows, the join, the alerts topic, their state."""
+
     gold_enabled: bool = True
     # None: three ingest triggers. Gold's windowed rows wait for the watermark anyway;
     # each gold trigger costs every gold query a batch (plan, state stores, commits).
@@ -343,6 +346,10 @@ class Settings(BaseSettings):
     # store is bounded on its own (and reports its memory in the query progress).
     state_store_memory_mb: int | None = Field(default=None, gt=0)
 
+
+class MaintenanceSettings(BaseModel):
+    """Compaction and VACUUM of the tables."""
+
     # Table maintenance (service.lake.maintenance): every query compacts (OPTIMIZE) and
     # vacuums the tables it owns between its own batches, once per interval (0 = never).
     maintenance_interval_seconds: float = Field(default=3600.0, ge=0)
@@ -354,12 +361,18 @@ class Settings(BaseSettings):
     # files in a table (or partition); unset, no auto-compaction.
     compact_min_files: int | None = Field(default=None, ge=2)
 
-    # Data contract
+
+class RecordSettings(BaseModel):
+    """Limits every record is checked against, and dedup's horizon."""
+
     max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
     max_future_seconds: int = Field(default=300, ge=0)
     dedup_horizon_seconds: int = Field(default=3600, ge=0)
 
-    # Operations
+
+class OperationsSettings(BaseModel):
+    """HTTP, logs, the lease, health, lag and reconcile checks, the stop."""
+
     http_port: int = Field(default=8080, ge=0, le=65535)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -377,6 +390,30 @@ class Settings(BaseSettings):
     # commit, no new one starts; past it the queries are interrupted (their batches
     # replay on restart). The chart's terminationGracePeriodSeconds is this plus 30.
     stop_timeout_seconds: float = Field(default=150.0, gt=0)
+
+
+class Settings(
+    OperationsSettings,
+    RecordSettings,
+    MaintenanceSettings,
+    GoldSettings,
+    SparkSettings,
+    StorageSettings,
+    KafkaSettings,
+    ContractSettings,
+    BaseSettings,
+):
+    """Every setting of the service, read once; see docs/configuration.md. Its fields are
+    declared by group (the bases, listed last group first: pydantic orders the fields
+    of the last base first)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=_ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        case_sensitive=False,
+    )
 
     @model_validator(mode="before")
     @classmethod
