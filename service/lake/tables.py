@@ -28,19 +28,29 @@ from service.lake.schemas import (
     silver_schema,
 )
 
-# Delta properties set when a table is created (none beyond Delta's defaults yet).
-_COMMON_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+# Commits between two Delta checkpoints, per table: a checkpoint is written by the commit
+# whose version is a multiple of it, inside that batch. Tables one batch writes together
+# reach the same versions together; at one interval (Delta's 10) every table of a query,
+# and every gold table, wrote its checkpoint in the same batch, which then took 10-15 s
+# against a 10 s trigger (`make run`). Distinct intervals spread them over batches.
+_BRONZE_CHECKPOINTS, _SILVER_CHECKPOINTS = 10, 11
+_QUARANTINE_CHECKPOINTS, _DUPLICATES_CHECKPOINTS, _GAPS_CHECKPOINTS = 12, 13, 14
 
 
-def _stats_on(*columns: str) -> Mapping[str, str]:
-    """Delta file statistics (min/max/nulls) on ``columns`` only: the ones reads prune on.
+def _properties(checkpoint_interval: int, stats_on: tuple[str, ...] = ()) -> Mapping[str, str]:
+    """The Delta properties a table is created with (`migrate` sets them on an existing one).
 
-    By default Delta computes them on a table's first 32 columns for every row it
-    writes, raw payloads and their text included: about a tenth of a large append's
-    CPU, for bounds no read can use (`migrate` sets this on an existing table).
+    ``stats_on``: Delta file statistics (min/max/nulls) on these columns only, the ones
+    reads prune on. By default Delta computes them on a table's first 32 columns for
+    every row it writes, raw payloads and their text included: about a tenth of a large
+    append's CPU, for bounds no read can use. ``checkpoint_interval``: see above.
     """
-    return MappingProxyType({STATS_COLUMNS: ",".join(columns)})
+    properties = {CHECKPOINT_INTERVAL: str(checkpoint_interval)}
+    if stats_on:
+        properties[STATS_COLUMNS] = ",".join(stats_on)
+    return MappingProxyType(properties)
 
 
 # Kafka coordinates and arrival: what replays, reconciliation and dedup select on.
@@ -55,7 +65,7 @@ class Table:
     schema: StructType | None = None
     partition_by: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(
-        default_factory=lambda: _COMMON_PROPERTIES, hash=False, compare=False
+        default_factory=lambda: MappingProxyType({}), hash=False, compare=False
     )
     # A table a release added to a query that already ran: created at start when it is
     # missing, even beside a checkpoint with committed batches (none of which wrote it).
@@ -98,30 +108,36 @@ class QuerySpec(Protocol):
     def tables(self) -> tuple[Table, ...]: ...
 
 
-_BRONZE_STATS = _stats_on(*_ARRIVAL, "ingested_at")
+_BRONZE_PROPERTIES = _properties(_BRONZE_CHECKPOINTS, (*_ARRIVAL, "ingested_at"))
 QUARANTINE_TABLE = Table(
     "silver/quarantine",
     QUARANTINE,
-    properties=_stats_on("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at"),
+    properties=_properties(
+        _QUARANTINE_CHECKPOINTS, ("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at")
+    ),
 )
 QUARANTINE_REPLAYS_TABLE = Table("silver/quarantine_replays", QUARANTINE_REPLAYS)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
 PROMOTIONS_TABLE = Table("silver/promotions", PROMOTIONS, added_later=True)
-OFFSET_GAPS_TABLE = Table("bronze/offset_gaps", OFFSET_GAPS, added_later=True)
+OFFSET_GAPS_TABLE = Table(
+    "bronze/offset_gaps", OFFSET_GAPS, properties=_properties(_GAPS_CHECKPOINTS), added_later=True
+)
 
 # Gold tables are created by their query's first append, which sets their properties.
 # The two that get a row per reading or per join pair keep statistics on what their
-# readers select on; the others are one row per window or alert.
-SENSOR_STATS_1M = Table("gold/sensor_stats_1m")
-HEART_RATE_5M = Table("gold/heart_rate_5m")
+# readers select on; the others are one row per window or alert. The five queries
+# trigger together: each table has its own checkpoint interval.
+SENSOR_STATS_1M = Table("gold/sensor_stats_1m", properties=_properties(10))
+HEART_RATE_5M = Table("gold/heart_rate_5m", properties=_properties(11))
 READINGS_ENRICHED = Table(
     "gold/readings_enriched",
-    properties=_stats_on("user_id", "event_time", *_ARRIVAL, "ingested_at"),
+    properties=_properties(12, ("user_id", "event_time", *_ARRIVAL, "ingested_at")),
 )
 HEART_RATE_ACTIVITY = Table(
-    "gold/heart_rate_activity", properties=_stats_on("user_id", "hr_event_time", "acc_event_time")
+    "gold/heart_rate_activity",
+    properties=_properties(13, ("user_id", "hr_event_time", "acc_event_time")),
 )
-ALERTS = Table("gold/alerts")
+ALERTS = Table("gold/alerts", properties=_properties(14))
 GOLD_TABLES = (SENSOR_STATS_1M, HEART_RATE_5M, READINGS_ENRICHED, HEART_RATE_ACTIVITY, ALERTS)
 
 # Written on an operator's word (`replay-quarantine`, `promote`; the driver's start with
@@ -160,15 +176,19 @@ def contract_tables(contract: Contract) -> ContractTables:
         contract.tables.silver,
         silver_schema(contract),
         (contract.partition[0],) if contract.partition else (),
-        _stats_on(*stats, *_ARRIVAL, "ingested_at") if stats else _COMMON_PROPERTIES,
+        _properties(_SILVER_CHECKPOINTS, (*stats, *_ARRIVAL, "ingested_at") if stats else ()),
     )
     duplicates = (
-        Table(contract.tables.duplicates, duplicates_schema(contract))
+        Table(
+            contract.tables.duplicates,
+            duplicates_schema(contract),
+            properties=_properties(_DUPLICATES_CHECKPOINTS),
+        )
         if contract.tables.duplicates
         else None
     )
     return ContractTables(
-        Table(contract.tables.bronze, BRONZE, properties=_BRONZE_STATS), silver, duplicates
+        Table(contract.tables.bronze, BRONZE, properties=_BRONZE_PROPERTIES), silver, duplicates
     )
 
 

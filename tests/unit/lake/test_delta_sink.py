@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from service.lake.delta import append_once, ensure_table, table_transactions
 from service.lake.live_files import LiveFiles
 from service.lake.tables import (
     BRONZE_SENSORS,
+    CHECKPOINT_INTERVAL,
     HEART_RATE_ACTIVITY,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
@@ -167,6 +169,24 @@ def test_files_carry_statistics_on_the_declared_columns_only(
         assert set(stats["minValues"]) == set(stats["maxValues"])
         # Never the payload: neither its bytes nor its text.
         assert not {"key", "value", "key_text", "value_text"} & set(declared)
+
+
+def test_a_table_writes_its_delta_checkpoint_at_the_interval_it_was_created_with(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The catalogue's intervals are 10-14 (tests/unit/lake/test_tables.py); 3 here, so
+    # that three appends show Delta applies the one the creation (delta-rs) recorded.
+    table = replace(
+        SENSOR_READINGS, properties={**SENSOR_READINGS.properties, CHECKPOINT_INTERVAL: "3"}
+    )
+    path = tmp_path / table.name
+    ensure_table(LOCAL_FILES, f"file:{path}", table)  # version 0
+    for version in (1, 2, 3):
+        append_once(
+            readings(spark, [(f"e{version}", 0, version, T0)]), f"file:{path}", "a", version
+        )
+    checkpoints = sorted(p.name for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
+    assert [f"{3:020d}.checkpoint.parquet"] == checkpoints
 
 
 def test_the_append_that_creates_a_gold_table_sets_its_properties(

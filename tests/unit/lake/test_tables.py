@@ -1,10 +1,17 @@
-"""The table catalogue: one entry per table, usable as set members and dict keys."""
+"""The table catalogue: one entry per table, usable as set members and dict keys; the
+tables written together checkpoint apart."""
 
 from __future__ import annotations
 
 from service.gold.queries import gold_queries
 from service.ingest.query import IngestQuery
-from service.lake.tables import OPERATOR_TABLES, SHIPPED, QuerySpec
+from service.lake.tables import (
+    CHECKPOINT_INTERVAL,
+    GOLD_TABLES,
+    OPERATOR_TABLES,
+    SHIPPED,
+    QuerySpec,
+)
 
 
 def test_every_table_is_catalogued_once_and_every_query_writes_catalogued_tables() -> None:
@@ -18,3 +25,12 @@ def test_every_table_is_catalogued_once_and_every_query_writes_catalogued_tables
     assert len(tables) == len(set(tables)) == len({t.name for t in tables})
     assert set(tables) == written | set(OPERATOR_TABLES)
     assert set() == written & set(OPERATOR_TABLES)
+
+
+def test_the_tables_a_batch_writes_and_the_gold_tables_checkpoint_at_distinct_intervals() -> None:
+    # Each ingest query's tables, then gold's five (their queries trigger together).
+    groups = [q.tables for q in (IngestQuery(c) for c in SHIPPED.contracts)] + [GOLD_TABLES]
+    for tables in groups:
+        intervals = [int(t.properties[CHECKPOINT_INTERVAL]) for t in tables]
+        assert len(set(intervals)) == len(intervals), [t.name for t in tables]
+        assert min(intervals) == 10  # the anchor keeps Delta's default
