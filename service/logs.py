@@ -56,6 +56,8 @@ _JVM_JSON_TEMPLATE = (
 )
 # Spark logs every task at INFO: the JVM runs one level quieter than Python.
 _JVM_LEVEL = {"DEBUG": "info", "INFO": "warn", "WARNING": "warn", "ERROR": "error"}
+# How Delta's warning that a MERGE's cached source was not copied begins (dropped).
+MERGE_SOURCE_NOT_COPIED = "Cached source plans must be materialized in MERGE"
 
 
 def configure_logging(
@@ -211,6 +213,15 @@ def jvm_log_config(
             "logger.nativeio.level = error",
             "logger.jetty.name = org.sparkproject.jetty",
             "logger.jetty.level = warn",
+            # Every users MERGE warns that its source (the batch's cached rows) was not
+            # copied: the service chose so (`service.ingest.entities_merge`). Only that
+            # warning is dropped.
+            "logger.merge.name = org.apache.spark.sql.delta.commands.MergeIntoCommand",
+            f"logger.merge.level = {_JVM_LEVEL.get(level, 'warn')}",
+            "logger.merge.filter.uncopied.type = RegexFilter",
+            f"logger.merge.filter.uncopied.regex = {MERGE_SOURCE_NOT_COPIED}.*",
+            "logger.merge.filter.uncopied.onMatch = DENY",
+            "logger.merge.filter.uncopied.onMismatch = NEUTRAL",
             "",
         ]
     )

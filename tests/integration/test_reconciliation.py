@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from service.ingest.validation import ERROR_CODES
+from service.logs import MERGE_SOURCE_NOT_COPIED
 from tests.support.kafka import topic_records
 from tests.support.lake import Lake, assert_bronze_exactly_once, table_coordinates
 from tests.support.users import expected_users, silver_users
@@ -69,6 +70,13 @@ def test_bronze_and_silver_reconcile_by_offsets_after_kill_9_at_every_commit_pha
         assert 0 == final.wait(timeout=900), final.log_text()[-4000:]
     finally:
         final.cleanup()
+    # Its users batches MERGEd into a silver table with rows, without Delta's warning
+    # about the uncopied source (`service.logs` drops it: the service chose so).
+    merged = [
+        e for e in final.events("batch_written") if e["query"] == "ingest_users" and e["rows_in"]
+    ]
+    assert merged and "silver/users" in merged[0]["phases_ms"]
+    assert MERGE_SOURCE_NOT_COPIED not in final.log_text()
 
     bronze_sensors = assert_bronze_exactly_once(spark, lake)
     silver, silver_rows = table_coordinates(spark, lake.table("silver/sensor_readings"))
