@@ -195,10 +195,11 @@ def jvm_log_config(
             "appender.out.layout.pattern = %d{ISO8601}{UTC}Z [%-5level] %c: %m%n%ex",
         ]
     )
+    jvm_level = _JVM_LEVEL.get(level, "warn")
     text = "\n".join(
         [
             "# Written by lakehouse-ingest (service/logs.py): Spark's JVM logs as lines on stdout.",
-            f"rootLogger.level = {_JVM_LEVEL.get(level, 'warn')}",
+            f"rootLogger.level = {jvm_level}",
             "rootLogger.appenderRef.out.ref = out",
             "appender.out.type = Console",
             "appender.out.name = out",
@@ -217,7 +218,7 @@ def jvm_log_config(
             # copied: the service chose so (`service.ingest.entities_merge`). Only that
             # warning is dropped.
             "logger.merge.name = org.apache.spark.sql.delta.commands.MergeIntoCommand",
-            f"logger.merge.level = {_JVM_LEVEL.get(level, 'warn')}",
+            f"logger.merge.level = {jvm_level}",
             "logger.merge.filter.uncopied.type = RegexFilter",
             f"logger.merge.filter.uncopied.regex = {MERGE_SOURCE_NOT_COPIED}.*",
             "logger.merge.filter.uncopied.onMatch = DENY",
