@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from service.background import PeriodicWorker
 from service.config import Settings
 from service.kafka.offsets import KAFKA_TIMEOUT_SECONDS
 from service.lake.checkpoints import CheckpointFiles, read_checkpoint
+from service.streaming.listener import JsonProgressListener
 
 log = structlog.get_logger(__name__)
 
@@ -147,7 +147,7 @@ def batch_end_offsets(sources: Sequence[Any]) -> dict[str, dict[int, int]]:
     return offsets
 
 
-class CommittedOffsetsListener(StreamingQueryListener):
+class CommittedOffsetsListener(JsonProgressListener):
     """Offer the offsets each batch of the ``queries`` ended at to the committer."""
 
     def __init__(self, committer: ConsumerGroupCommitter, queries: Sequence[str]) -> None:

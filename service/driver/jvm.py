@@ -34,7 +34,7 @@ class JvmSample:
 
 def read_jvm(jvm: Any) -> JvmSample:
     """Read the management beans of the JVM behind the py4j view ``jvm``."""
-    management = jvm.java.lang.management.ManagementFactory
+    management = getattr(jvm, "java.lang.management.ManagementFactory")
     memory = management.getMemoryMXBean()
     heap, nonheap = memory.getHeapMemoryUsage(), memory.getNonHeapMemoryUsage()
     threads = management.getThreadMXBean()
@@ -44,11 +44,17 @@ def read_jvm(jvm: Any) -> JvmSample:
         nonheap_used=int(nonheap.getUsed()),
         gc_seconds={
             str(gc.getName()): max(0, int(gc.getCollectionTime())) / 1000.0
-            for gc in management.getGarbageCollectorMXBeans()
+            for gc in _items(management.getGarbageCollectorMXBeans())
         },
         threads=int(threads.getThreadCount()),
         daemon_threads=int(threads.getDaemonThreadCount()),
     )
+
+
+def _items(java_list: Any) -> list[Any]:
+    """The items of a py4j ``java.util.List`` by index: iterating it instead ends in a Java
+    exception that PySpark's py4j error handler classifies in some twenty round trips."""
+    return [java_list[i] for i in range(len(java_list))]
 
 
 def read_executors(status_tracker: Any) -> int:

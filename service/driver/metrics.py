@@ -41,11 +41,11 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from pyspark.sql.streaming.listener import StreamingQueryListener
 
 import service
 from service.driver.jvm import JvmSample
 from service.ingest.validation import ERROR_CODES
+from service.streaming.listener import JsonProgressListener
 
 log = structlog.get_logger(__name__)
 
@@ -703,7 +703,7 @@ class IngestMetrics:
         self.duplicates.labels(query).inc(duplicates)
 
 
-class MetricsListener(StreamingQueryListener):
+class MetricsListener(JsonProgressListener):
     """Feed `IngestMetrics` from query events; cheap updates only, never blocks the query."""
 
     def __init__(self, metrics: IngestMetrics) -> None:

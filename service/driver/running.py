@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 from pyspark.sql import SparkSession
@@ -25,6 +24,7 @@ from service.driver_status import DriverView, QueryNow
 from service.failures import query_failure
 from service.gold.queries import GoldQuery
 from service.ingest.query import IngestQuery
+from service.lake.jvm import java_class
 from service.lake.lease import DriverLease
 from service.streaming.queries import QueryWriter
 
@@ -168,10 +168,8 @@ def _waiting_for_trigger(handle: StreamingQuery) -> bool:
 
 def _end_after_current_trigger(handle: StreamingQuery) -> None:
     """Mark the query terminated (Spark 4.2 internals) so that it starts no new trigger."""
-    jvm: Any = SparkSession.active().sparkContext._jvm
-    terminated = getattr(
-        getattr(jvm.org.apache.spark.sql.execution.streaming.runtime, "TERMINATED$"), "MODULE$"
-    )
+    state = "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$"
+    terminated = getattr(java_class(SparkSession.active(), state), "MODULE$")
     handle._jsq.streamingQuery().state().set(terminated)
 
 

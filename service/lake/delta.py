@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from service.config import Location
+from service.lake.jvm import java_class
 from service.lake.object_files import ObjectFiles
 from service.lake.tables import Table
 
@@ -119,9 +120,9 @@ def append_once(
 
     Returns the commit, or None when the batch was in already or Delta's writer wrote it.
     """
-    jvm: Any = df.sparkSession.sparkContext._jvm
-    delta = jvm.org.apache.spark.sql.delta
-    txn = delta.DeltaLog.forTable(df.sparkSession._jsparkSession, uri).startTransaction()
+    spark = df.sparkSession
+    delta_log = java_class(spark, "org.apache.spark.sql.delta.DeltaLog")
+    txn = delta_log.forTable(spark._jsparkSession, uri).startTransaction()
     committed = _checksum_txn_version(txn.snapshot(), txn_app_id)
     if committed is None and on_replay is not None:
         committed = int(txn.txnVersion(txn_app_id))  # the table's state: the slow path only
@@ -135,13 +136,14 @@ def append_once(
     # What `txn.txnVersion` records: a concurrent commit of this app id is a conflict.
     txn.readTxn().addOne(txn_app_id)
     files = txn.writeFiles(df._jdf)
-    record = delta.actions.SetTransaction(
-        txn_app_id, txn_version, jvm.scala.Some(jvm.java.lang.Long(int(time.time() * 1000)))
+    now = java_class(spark, "java.lang.Long")(int(time.time() * 1000))
+    record = java_class(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
+        txn_app_id, txn_version, java_class(spark, "scala.Some")(now)
     )
     # Delta 4.4's Write: the save mode, then eight optional fields a plain append leaves unset.
-    unset = [jvm.scala.Option.empty()] * 8
-    write = getattr(delta, "DeltaOperations$Write")(
-        jvm.org.apache.spark.sql.SaveMode.Append, *unset
+    unset = [java_class(spark, "scala.Option").empty()] * 8
+    write = java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")(
+        java_class(spark, "org.apache.spark.sql.SaveMode").Append, *unset
     )
     with committing or nullcontext():
         version = int(txn.commit(files.appended(record), write))
@@ -161,9 +163,10 @@ def scala_items(collection: Any) -> list[Any]:
 def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     """The ``DeltaLog`` of the table at ``uri`` and its latest snapshot (py4j): a listing
     of the log; the snapshot's state is reconstructed only when something asks for it."""
-    jvm: Any = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
-    none = jvm.scala.Option.empty()
+    delta_log = java_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, uri
+    )
+    none = java_class(spark, "scala.Option").empty()
     return delta_log, delta_log.update(False, none, none)
 
 

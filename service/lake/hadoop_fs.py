@@ -8,16 +8,19 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from service.lake.jvm import java_class
+
 
 class HadoopFiles:
     """Read, write and list small files with the same FileSystem Spark itself uses."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self._jvm: Any = spark.sparkContext._jvm
+        self._new_path = java_class(spark, "org.apache.hadoop.fs.Path")
+        self._io_utils = java_class(spark, "org.apache.commons.io.IOUtils")
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
 
     def _path(self, uri: str) -> tuple[Any, Any]:
-        path = self._jvm.org.apache.hadoop.fs.Path(uri)
+        path = self._new_path(uri)
         return path.getFileSystem(self._conf), path
 
     def exists(self, uri: str) -> bool:
@@ -54,7 +57,7 @@ class HadoopFiles:
             try:
                 stream = fs.open(path)
                 try:
-                    data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+                    data = self._io_utils.toByteArray(stream)
                 finally:
                     stream.close()
                 return bytes(data).decode("utf-8")

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.lake.delta import Commit, latest_snapshot, scala_items
+from service.lake.jvm import java_class
 
 # An arrival range [start, end], UTC.
 Window = tuple[datetime, datetime]
@@ -78,15 +79,16 @@ class LiveFiles:
         if self._files is None:
             return spark.read.format("delta").load(self.uri).where(window)
         low, high = start.astimezone(UTC), None if end is None else end.astimezone(UTC)
-        jvm: Any = spark.sparkContext._jvm
-        chosen = jvm.java.util.ArrayList()
+        chosen = java_class(spark, "java.util.ArrayList")()
         for file in self._files:
             if file.may_hold(low, high) and (
                 near is None or any(file.may_hold(*window) for window in near)
             ):
                 chosen.add(file.action)
-        files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(chosen).toSeq()
-        chosen_only = delta_log.createDataFrame(snapshot, files, False, jvm.scala.Option.empty())
+        converters = java_class(spark, "scala.jdk.javaapi.CollectionConverters")
+        files = converters.asScala(chosen).toSeq()
+        none = java_class(spark, "scala.Option").empty()
+        chosen_only = delta_log.createDataFrame(snapshot, files, False, none)
         return DataFrame(chosen_only, spark).where(window)
 
     def holds_none(self, start: datetime, end: datetime | None) -> bool:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +27,7 @@ from service.errors import QueryNotBoundError, TableLayoutError
 from service.lake import checkpoints
 from service.lake.delta import table_transactions
 from service.lake.hadoop_fs import HadoopFiles
+from service.lake.jvm import java_class
 from service.lake.maintenance import TableMaintenance
 from service.lake.tables import Table
 
@@ -115,8 +115,8 @@ class QueryWriter:
         in full and committed instead of failing in its first Spark job.
         """
         if self._ending:
-            jvm: Any = SparkSession.active().sparkContext._jvm
-            jvm.java.lang.Thread.interrupted()  # runs on the query's thread (pinned)
+            # Runs on the query's thread (pinned).
+            java_class(SparkSession.active(), "java.lang.Thread").interrupted()
         self._in_flight, self._in_flight_since = batch_id, time.monotonic()
         try:
             yield
