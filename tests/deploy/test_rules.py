@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
-from pyspark.sql.streaming.listener import QueryProgressEvent
 
 from service.config import default_cache_dir
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.ingest.query import IngestQuery
 from service.lake.tables import SHIPPED
+from service.streaming.listener import progress_event
 from tests.support.progress import recorded
 from tests.support.repo import REPO
 
@@ -133,7 +133,7 @@ def exported_names() -> set[str]:
     metrics = IngestMetrics(registry)
     listener = MetricsListener(metrics)
     for name in ("kafka_caught_up.json", "watermark_dropped_late_rows.json"):
-        listener.onQueryProgress(QueryProgressEvent.fromJson(recorded(name)))
+        listener.onQueryProgress(progress_event(json.dumps(recorded(name)["progress"])))
     query = IngestQuery(SHIPPED.contracts["sensors"])
     metrics.query_declared(query.name, [t.name for t in query.tables], 10.0)
     metrics.batch_written(query.name, {"bronze/sensors": 1}, {}, 0)

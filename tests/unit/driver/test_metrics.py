@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from datetime import datetime
@@ -11,7 +12,6 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
-    QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
 )
@@ -28,6 +28,7 @@ from service.driver.metrics import (
 from service.ingest.query import IngestQuery
 from service.ingest.validation import ERROR_CODES
 from service.lake.tables import SHIPPED
+from service.streaming.listener import progress_event
 from tests.support.progress import recorded
 
 SENSORS = {"query": "ingest_sensors"}
@@ -71,7 +72,8 @@ def listener(metrics: IngestMetrics) -> MetricsListener:
 
 
 def progress(listener: MetricsListener, name: str) -> None:
-    listener.onQueryProgress(QueryProgressEvent.fromJson(recorded(name)))
+    # As the driver's listener reads it: Spark's JSON of the progress.
+    listener.onQueryProgress(progress_event(json.dumps(recorded(name)["progress"])))
 
 
 def test_started_query_is_up_with_zero_series(
@@ -291,7 +293,7 @@ def test_malformed_progress_is_logged_and_does_not_raise(
     event["progress"]["stateOperators"] = [
         {**recorded("watermark_dropped_late_rows.json")["progress"]["stateOperators"][0]}
     ]
-    parsed = QueryProgressEvent.fromJson(event)
+    parsed = progress_event(json.dumps(event["progress"]))
     parsed.progress.stateOperators[0]["numRowsTotal"] = "not a number"
 
     with structlog.testing.capture_logs() as logs:
