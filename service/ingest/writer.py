@@ -93,11 +93,12 @@ class BatchWriter(QueryWriter):
             # Stamped after validation (see `to_records`); cached without the text
             # views (`with_text_views`): every table is written from the same rows.
             stamp = F.lit(datetime.now(UTC))
-            parsed = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp).persist()
+            start, end = self._ranges.of(batch_id)
+            rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
+            parsed = in_one_task_if_small(rows, start, end).persist()
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(parsed)
-                    start, end = self._ranges.of(batch_id)
                 written = Written(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
@@ -153,6 +154,25 @@ class BatchWriter(QueryWriter):
             },
             offsets_without_record=gaps.offsets,
         )
+
+
+# A batch covering at most this many offsets is read, validated and written in one task
+# per Spark job: every task pays Spark's fixed cost (its share of the plan deserialized,
+# the code of its projections generated) whatever its rows, and a small batch's jobs
+# are mostly that cost (docs/performance.md, "Small batches").
+ONE_TASK_OFFSETS = 10_000
+
+
+def in_one_task_if_small(
+    rows: DataFrame, start: Mapping[int, int], end: Mapping[int, int]
+) -> DataFrame:
+    """``rows`` of a batch covering ``start``..``end`` (offsets per partition) in one
+    partition (no shuffle) when it covers at most `ONE_TASK_OFFSETS` offsets; as read
+    otherwise, or when a partition's start is unknown."""
+    known = bool(end) and all(p in start for p in end)
+    if known and sum(end[p] - start[p] for p in end) <= ONE_TASK_OFFSETS:
+        return rows.coalesce(1)
+    return rows
 
 
 @dataclass(frozen=True)

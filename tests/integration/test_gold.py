@@ -47,7 +47,7 @@ MINUTES = 60
 
 def _base() -> datetime:
     """Event time zero: 90 minutes ago, moved back so that the test's hour of event time
-    stays within one UTC day (one silver partition, so two files per silver version)."""
+    stays within one UTC day (one silver partition, so one file per silver version)."""
     base = (datetime.now(UTC) - timedelta(minutes=90)).replace(second=0, microsecond=0)
     span = timedelta(minutes=MINUTES + 11)  # wave 1, then wave 2's fresh readings
     if (base + span).date() != base.date():
@@ -67,9 +67,10 @@ DISORDER = timedelta(minutes=3)
 ENV = {
     "INGEST_GOLD_ENABLED": "true",
     # 5 ingest batches (silver versions) of about 12 minutes of event time for wave 1, and
-    # one version (2 files, one per shuffle partition: see Lake.env) per gold batch.
+    # one version per gold batch (one file: a batch of that size is written in one task,
+    # `service.ingest.writer.ONE_TASK_OFFSETS`).
     "INGEST_KAFKA_MAX_OFFSETS_PER_TRIGGER": "1470",
-    "INGEST_GOLD_MAX_FILES_PER_TRIGGER": "2",
+    "INGEST_GOLD_MAX_FILES_PER_TRIGGER": "1",
 }
 STATEFUL = ("gold_sensor_stats_1m", "gold_heart_rate_5m", "gold_heart_rate_activity")
 TABLES = {
