@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 IMAGE = os.environ.get("LAKEHOUSE_IMAGE", "localhost/lakehouse-ingest:dev")
 READ_ONLY = ("/opt", "/usr")
+# What buildah's runtime says when it failed before the command started (`Container.run`).
+_RUNTIME_NOT_STARTED = "sealing memfd copy"
 
 
 def buildah(*args: str, timeout: float = 120) -> str:
@@ -64,15 +67,25 @@ class Container:
         timeout: float = 300,
         stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``args`` to completion in the container, ``stdin`` as its input."""
-        return subprocess.run(
-            self.command(args, env),
-            input=stdin or "",
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """Run ``args`` to completion in the container, ``stdin`` as its input.
+
+        Run again (at most twice) when buildah's runtime could not start the command: on
+        a busy host it can fail to seal the copy of itself it runs the command from
+        ("sealing memfd copy: Device or resource busy"), before the command starts.
+        """
+        for attempt in range(3):
+            result = subprocess.run(
+                self.command(args, env),
+                input=stdin or "",
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if result.returncode == 0 or _RUNTIME_NOT_STARTED not in result.stderr:
+                break
+            time.sleep(1 + attempt)
+        return result
 
     def start(
         self, args: Sequence[str], env: Mapping[str, str], log: Path
