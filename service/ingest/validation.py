@@ -407,53 +407,15 @@ class JsonField:
         return F.col(self._staged(reader))
 
     def _read(self, reader: str) -> Column:
-        if reader == "string":
-            return F.when(self.kind == "string", F.try_variant_get(self.raw, "$", "string"))
-        if reader == "double":
-            return F.when(
-                self.kind.isin("integer", "number"), F.try_variant_get(self.raw, "$", "double")
-            )
-        if reader == "long":
-            return F.when(self.kind == "integer", F.try_variant_get(self.raw, "$", "bigint"))
-        if reader == "boolean":
-            return F.when(self.kind == "boolean", F.try_variant_get(self.raw, "$", "boolean"))
-        if reader == "json":
-            return F.when(self.kind == "object", F.to_json(self.raw))
-        if reader == "array":
-            return F.when(self.kind == "array", F.try_variant_get(self.raw, "$", "array<variant>"))
-        if reader == "map":
-            members = F.try_variant_get(self.raw, "$", "map<string,variant>")
-            return F.when(self.kind == "object", members)
-        if reader == "members":
-            return self._members()
-        if reader == "date":
-            day = self._iso_date()
-            return F.when(_day_in_years(day), day)
-        iso = self._iso_timestamp()
-        millis = self.as_long()
-        epoch = F.timestamp_millis(
-            F.when(millis.between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS), millis)
-        )
-        return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
-
-    def _iso_date(self) -> Column:
-        """A ``YYYY-MM-DD`` string naming a real day, of any year."""
-        text = self.as_string()
-        return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
-
-    def _iso_timestamp(self) -> Column:
-        """An ISO-8601 string as an instant (zone-less: UTC), of any year."""
-        text = self.as_string()
-        utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
-        return F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
+        return _reading(self, reader)
 
     def outside_years(self, reader: str) -> Column:
         """An ISO-8601 string of ``reader`` ("date" or "timestamp") that names a real day or
         instant outside years 1-9999 (UTC): year 0000, or an offset that moves it out."""
         if reader == "date":
-            day = self._iso_date()
+            day = _iso_date(self.as_string())
             return day.isNotNull() & ~_day_in_years(day)
-        instant = self._iso_timestamp()
+        instant = _iso_timestamp(self.as_string())
         return instant.isNotNull() & ~_instant_in_years(instant)
 
     def as_string(self) -> Column:
@@ -497,76 +459,7 @@ class JsonField:
         return self._value("members")
 
     def _members(self) -> Column:
-        # The values and types in SQL text: built call by call, the type's expression cost
-        # seconds of py4j calls for a few array fields.
-        if isinstance(self.data_type, ArrayType):
-            source, key, value = f"`{self._staged('array')}`", "CAST(i AS STRING)", "m"
-            lambda_args = "(m, i)"
-        else:
-            source, key, value = f"map_entries(`{self._staged('map')}`)", "m.key", "m.value"
-            lambda_args = "m"
-        values = [("", value)] + [
-            (f"_{j}", f"try_variant_get({value}, '$.{name}', 'variant')")
-            for j, name in enumerate(self._item_properties())
-        ]
-        read = ", ".join(
-            f"'value{slot}', r.v{slot}, 'schema{slot}', schema_of_variant(r.v{slot})"
-            for slot, _ in values
-        )
-        typed = ", ".join(
-            f"'value{slot}', s.value{slot},"
-            f" 'kind{slot}', {_json_type_sql(f's.value{slot}', f's.schema{slot}')}"
-            for slot, _ in values
-        )
-        # Passes, each reading the one before: the values, their schemas, their types, then
-        # the typed readings of each (as a staged field's, once per member).
-        values_sql = ", ".join(f"'v{slot}', {sql}" for slot, sql in values)
-        kinds = F.expr(
-            f"transform(transform(transform({source}, {lambda_args} -> named_struct('key', {key},"
-            f" {values_sql})), r -> named_struct('key', r.key, {read})),"
-            f" s -> named_struct('key', s.key, {typed}))"
-        )
-        direct = F.transform(kinds, lambda m: self._with_readings(m, (), _DIRECT_READERS))
-        return F.transform(
-            direct, lambda m: self._with_readings(m, _DIRECT_READERS, _DERIVED_READERS)
-        )
-
-    def _with_readings(
-        self, member: Column, staged: Sequence[str], readers: Sequence[str]
-    ) -> Column:
-        """A member (its key, values, types and the ``staged`` readings) with the typed
-        ``readers`` of each of its values."""
-        kept = [member["key"].alias("key")]
-        added = []
-        for slot, data_type in self._member_types():
-            have = [r for r in _READERS.get(data_type, ()) if r in staged]
-            kept += [member[c + slot].alias(c + slot) for c in ("value", "kind", *have)]
-            probe = JsonField(self.name, data_type, element=member, slot=slot)
-            added += [
-                probe._read(r).alias(r + slot) for r in _READERS.get(data_type, ()) if r in readers
-            ]
-        return F.struct(*kept, *added)
-
-    def _member_types(self) -> list[tuple[str, DataType]]:
-        """(slot, type) of a member's values: its own, and its object's properties'."""
-        item = (
-            self.data_type.elementType
-            if isinstance(self.data_type, ArrayType)
-            else self.data_type.valueType
-            if isinstance(self.data_type, MapType)
-            else None
-        )
-        if item is None:
-            return []
-        own = [("", item)]
-        if isinstance(item, StructType):
-            return own + [(f"_{j}", f.dataType) for j, f in enumerate(item.fields)]
-        return own
-
-    def _item_properties(self) -> list[str]:
-        """The property names of an array of objects' items (none for other members)."""
-        item = self.data_type.elementType if isinstance(self.data_type, ArrayType) else None
-        return [f.name for f in item.fields] if isinstance(item, StructType) else []
+        return _members_of(self)
 
     def item(self, member: Column) -> JsonField:
         """A member (a lambda variable over `members`) of an array or a map as a field."""
@@ -619,6 +512,124 @@ class JsonField:
             DateType(): self.as_date,
         }
         return readers[data_type]()
+
+
+def _reading(parent: JsonField, reader: str) -> Column:
+    """The expression of ``parent``'s typed reading ``reader`` (`JsonField.readers`)."""
+    if reader == "string":
+        return F.when(parent.kind == "string", F.try_variant_get(parent.raw, "$", "string"))
+    if reader == "double":
+        return F.when(
+            parent.kind.isin("integer", "number"), F.try_variant_get(parent.raw, "$", "double")
+        )
+    if reader == "long":
+        return F.when(parent.kind == "integer", F.try_variant_get(parent.raw, "$", "bigint"))
+    if reader == "boolean":
+        return F.when(parent.kind == "boolean", F.try_variant_get(parent.raw, "$", "boolean"))
+    if reader == "json":
+        return F.when(parent.kind == "object", F.to_json(parent.raw))
+    if reader == "array":
+        return F.when(parent.kind == "array", F.try_variant_get(parent.raw, "$", "array<variant>"))
+    if reader == "map":
+        members = F.try_variant_get(parent.raw, "$", "map<string,variant>")
+        return F.when(parent.kind == "object", members)
+    if reader == "members":
+        return parent._members()
+    if reader == "date":
+        day = _iso_date(parent.as_string())
+        return F.when(_day_in_years(day), day)
+    iso = _iso_timestamp(parent.as_string())
+    millis = parent.as_long()
+    epoch = F.timestamp_millis(F.when(millis.between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS), millis))
+    return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
+
+
+def _iso_date(text: Column) -> Column:
+    """A ``YYYY-MM-DD`` string naming a real day, of any year."""
+    return F.when(text.rlike(_ISO_DATE), text.try_cast("date"))
+
+
+def _iso_timestamp(text: Column) -> Column:
+    """An ISO-8601 string as an instant (zone-less: UTC), of any year."""
+    utc_text = F.when(text.rlike(_ZONE_SUFFIX), text).otherwise(F.concat(text, F.lit("Z")))
+    return F.when(text.rlike(_ISO_TIMESTAMP), F.try_to_timestamp(utc_text))
+
+
+def _members_of(parent: JsonField) -> Column:
+    """The expression of `JsonField.members`."""
+    # The values and types in SQL text: built call by call, the type's expression cost
+    # seconds of py4j calls for a few array fields.
+    if isinstance(parent.data_type, ArrayType):
+        source, key, value = f"`{parent._staged('array')}`", "CAST(i AS STRING)", "m"
+        lambda_args = "(m, i)"
+    else:
+        source, key, value = f"map_entries(`{parent._staged('map')}`)", "m.key", "m.value"
+        lambda_args = "m"
+    values = [("", value)] + [
+        (f"_{j}", f"try_variant_get({value}, '$.{name}', 'variant')")
+        for j, name in enumerate(_item_properties(parent.data_type))
+    ]
+    read = ", ".join(
+        f"'value{slot}', r.v{slot}, 'schema{slot}', schema_of_variant(r.v{slot})"
+        for slot, _ in values
+    )
+    typed = ", ".join(
+        f"'value{slot}', s.value{slot},"
+        f" 'kind{slot}', {_json_type_sql(f's.value{slot}', f's.schema{slot}')}"
+        for slot, _ in values
+    )
+    # Passes, each reading the one before: the values, their schemas, their types, then
+    # the typed readings of each (as a staged parent's, once per member).
+    values_sql = ", ".join(f"'v{slot}', {sql}" for slot, sql in values)
+    kinds = F.expr(
+        f"transform(transform(transform({source}, {lambda_args} -> named_struct('key', {key},"
+        f" {values_sql})), r -> named_struct('key', r.key, {read})),"
+        f" s -> named_struct('key', s.key, {typed}))"
+    )
+    direct = F.transform(kinds, lambda m: _with_readings(parent, m, (), _DIRECT_READERS))
+    return F.transform(
+        direct, lambda m: _with_readings(parent, m, _DIRECT_READERS, _DERIVED_READERS)
+    )
+
+
+def _with_readings(
+    parent: JsonField, member: Column, staged: Sequence[str], readers: Sequence[str]
+) -> Column:
+    """A member (its key, values, types and the ``staged`` readings) with the typed
+    ``readers`` of each of its values."""
+    kept = [member["key"].alias("key")]
+    added = []
+    for slot, data_type in _member_types(parent.data_type):
+        have = [r for r in _READERS.get(data_type, ()) if r in staged]
+        kept += [member[c + slot].alias(c + slot) for c in ("value", "kind", *have)]
+        probe = JsonField(parent.name, data_type, element=member, slot=slot)
+        added += [
+            probe._read(r).alias(r + slot) for r in _READERS.get(data_type, ()) if r in readers
+        ]
+    return F.struct(*kept, *added)
+
+
+def _member_types(data_type: DataType | None) -> list[tuple[str, DataType]]:
+    """(slot, type) of a member's values: its own, and its object's properties'."""
+    item = (
+        data_type.elementType
+        if isinstance(data_type, ArrayType)
+        else data_type.valueType
+        if isinstance(data_type, MapType)
+        else None
+    )
+    if item is None:
+        return []
+    own = [("", item)]
+    if isinstance(item, StructType):
+        return own + [(f"_{j}", f.dataType) for j, f in enumerate(item.fields)]
+    return own
+
+
+def _item_properties(data_type: DataType | None) -> list[str]:
+    """The property names of an array of objects' items (none for other members)."""
+    item = data_type.elementType if isinstance(data_type, ArrayType) else None
+    return [f.name for f in item.fields] if isinstance(item, StructType) else []
 
 
 def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
