@@ -151,8 +151,9 @@ class Coverage:
 
 
 @dataclass(frozen=True)
-class EntitiesCheck:
-    """An entities contract's silver table against its bronze table and its quarantine."""
+class KeyedCheck:
+    """A keyed silver table (one row per key, upserted) against its bronze table and its
+    quarantine."""
 
     coverage: Coverage
     silver_rows: int
@@ -165,8 +166,9 @@ class EntitiesCheck:
         return self.coverage.landed.get(QUARANTINE_TABLE.name, 0)
 
 
-# A contract's check: the events coverage, or the entities check.
-ContractCheck = Coverage | EntitiesCheck
+# A contract's check, by the shape of its silver table: appended (every record lands once
+# in silver, the quarantine or the duplicates), or keyed (one row per key).
+ContractCheck = Coverage | KeyedCheck
 
 
 @dataclass(frozen=True)
@@ -204,16 +206,16 @@ class Reconciliation:
         """Whether every invariant holds."""
         return not self.problems
 
-    def events(self, contract: str) -> Coverage:
-        """The check of the events contract named ``contract``."""
+    def appended(self, contract: str) -> Coverage:
+        """The check of ``contract``, whose silver table is appended."""
         check = self.checks[contract]
-        assert isinstance(check, Coverage), f"{contract} is not an events contract"
+        assert isinstance(check, Coverage), f"{contract}'s silver table is keyed"
         return check
 
-    def entities(self, contract: str) -> EntitiesCheck:
-        """The check of the entities contract named ``contract``."""
+    def keyed(self, contract: str) -> KeyedCheck:
+        """The check of ``contract``, whose silver table is keyed."""
         check = self.checks[contract]
-        assert isinstance(check, EntitiesCheck), f"{contract} is not an entities contract"
+        assert isinstance(check, KeyedCheck), f"{contract}'s silver table is appended"
         return check
 
     # What each contract's check reads, for the text report.
@@ -263,7 +265,7 @@ class Reconciliation:
         for name, check in self.checks.items():
             rule, silver = self.descriptions.get(name, (name, "silver"))
             lines += ["", f"{name}: {rule}"]
-            if isinstance(check, EntitiesCheck):
+            if isinstance(check, KeyedCheck):
                 lines += [
                     f"  bronze rows {check.coverage.bronze_rows}; {silver} rows "
                     f"{check.silver_rows}; quarantined {check.quarantined}",
@@ -341,7 +343,7 @@ def reconcile(
             )
         else:
             assert contract.key is not None
-            results[contract.name] = checks.entities_check(own, contract.key, seen)
+            results[contract.name] = checks.keyed_check(own, contract.key, seen)
             descriptions[contract.name] = (
                 f"one {own.silver.name} row per {contract.key}; its lineage and every"
                 f" quarantined {contract.name} record in {own.bronze.name}",
@@ -365,7 +367,7 @@ def reconcile(
         descriptions=descriptions,
         records={
             tables[name].bronze.name: (
-                check.coverage if isinstance(check, EntitiesCheck) else check
+                check.coverage if isinstance(check, KeyedCheck) else check
             ).bronze_rows
             for name, check in results.items()
         },
@@ -511,9 +513,7 @@ class _LakeChecks:
             repeated=by_problem.get("repeated", Finding()),
         )
 
-    def entities_check(
-        self, tables: ContractTables, key: str, topics: Sequence[str]
-    ) -> EntitiesCheck:
+    def keyed_check(self, tables: ContractTables, key: str, topics: Sequence[str]) -> KeyedCheck:
         """One row per key; lineage and the contract's quarantine in bronze, never both."""
         coverage = self.coverage(
             tables.bronze,
@@ -521,16 +521,14 @@ class _LakeChecks:
             all_must_land=False,
         )
         if tables.silver not in self.tables:
-            return EntitiesCheck(coverage, 0, 0, [])
+            return KeyedCheck(coverage, 0, 0, [])
         silver = self._sql_names[tables.silver]
         duplicates = self._run(
             f'SELECT "{key}" AS k, COUNT(*) AS copies FROM {silver} GROUP BY "{key}"'
             " HAVING COUNT(*) > 1 ORDER BY k"
         ).column("k")
         rows = self._run(f"SELECT COUNT(*) AS n FROM {silver}").column("n")[0].as_py()
-        return EntitiesCheck(
-            coverage, int(rows), len(duplicates), duplicates.to_pylist()[:MAX_RANGES]
-        )
+        return KeyedCheck(coverage, int(rows), len(duplicates), duplicates.to_pylist()[:MAX_RANGES])
 
     def unique_keys(self, table: Table, key: Sequence[str]) -> UniqueKeyCheck:
         """Rows of a gold table that share their key with another (of a table keyed by
@@ -831,7 +829,7 @@ def _problems(
             problems.append(f"{where}: {p.duplicate_rows} duplicate rows")
     for tables, check in checks.values():
         label = tables.bronze.name
-        if isinstance(check, EntitiesCheck):
+        if isinstance(check, KeyedCheck):
             coverage, landing = check.coverage, f"{tables.silver.name} or quarantine"
         else:
             coverage = check
@@ -844,7 +842,7 @@ def _problems(
             if finding.count:
                 first = finding.ranges[0]
                 problems.append(f"{name}: {finding.count} {meaning} (first: {first})")
-        if isinstance(check, EntitiesCheck) and check.duplicate_keys:
+        if isinstance(check, KeyedCheck) and check.duplicate_keys:
             sample = ", ".join(str(u) for u in check.duplicate_key_samples[:5])
             problems.append(
                 f"{tables.silver.name}: {check.duplicate_keys} keys have more than one row"

@@ -155,8 +155,8 @@ DOCUMENT_PROPERTY = "lakehouse.contract.document"
 
 @dataclass(frozen=True)
 class ContractTables:
-    """The tables of one contract's topic: bronze (its anchor), silver, and for events the
-    duplicates."""
+    """The tables of one contract's topic: bronze (its anchor), silver, and where silver is
+    appended (not keyed) its duplicates."""
 
     bronze: Table
     silver: Table

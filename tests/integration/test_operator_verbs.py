@@ -304,8 +304,8 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
 
     whole = reconcile(LakeReader.from_settings(settings), settings, None, increment)
     assert [] == whole.problems
-    assert end - start == whole.events("sensors").bronze_rows
-    assert 0 == whole.entities("users").coverage.bronze_rows  # not in the increment
+    assert end - start == whole.appended("sensors").bronze_rows
+    assert 0 == whole.keyed("users").coverage.bronze_rows  # not in the increment
     enriched = DeltaTable(str(copy / "gold" / "readings_enriched")).to_pyarrow_table(
         filters=[
             ("kafka_topic", "=", lake.sensors_topic),
@@ -325,8 +325,8 @@ def test_the_drivers_periodic_check_covers_its_increment_and_finds_a_gap_at_its_
         partition.missing_offsets,
         [(g.first, g.last) for g in partition.gaps],
     )
-    assert 2 == broken.events("sensors").extra.count  # their silver rows, which bronze now lacks
-    assert end - start - 2 == broken.events("sensors").bronze_rows
+    assert 2 == broken.appended("sensors").extra.count  # their silver rows, which bronze now lacks
+    assert end - start - 2 == broken.appended("sensors").bronze_rows
     assert f"{start}-{start + 1}" in broken.problems[0]
 
 

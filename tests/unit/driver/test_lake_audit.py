@@ -17,10 +17,10 @@ from service.driver.metrics import IngestMetrics
 from service.lake.checkpoints import QueryTarget
 from service.lake.invariants import (
     Coverage,
-    EntitiesCheck,
     Finding,
     Increment,
     Increments,
+    KeyedCheck,
     PartitionOffsets,
     Reconciliation,
 )
@@ -37,7 +37,7 @@ def report(bronze: list[PartitionOffsets], rows: int, problems: list[str]) -> Re
         tables={},
         bronze=bronze,
         checks={
-            "users": EntitiesCheck(Coverage(0, {}, Finding(), Finding(), Finding()), 0, 0, []),
+            "users": KeyedCheck(Coverage(0, {}, Finding(), Finding(), Finding()), 0, 0, []),
             "sensors": Coverage(rows, {}, Finding(), Finding(), Finding()),
         },
         gold=[],

@@ -124,17 +124,17 @@ def test_a_consistent_lake_holds_every_invariant(tmp_path: Path) -> None:
         (p.table, p.topic, p.partition, p.first_offset, p.last_offset, p.rows)
         for p in report.bronze
     ]  # fmt: skip
-    assert 15 == report.events("sensors").bronze_rows
+    assert 15 == report.appended("sensors").bronze_rows
     assert {
         "silver/sensor_readings": 11,
         "silver/quarantine": 3,
         "silver/sensor_duplicates": 1,
-    } == report.events("sensors").landed
+    } == report.appended("sensors").landed
     assert (6, 2, 1, 0) == (
-        report.entities("users").coverage.bronze_rows,
-        report.entities("users").silver_rows,
-        report.entities("users").quarantined,
-        report.entities("users").duplicate_keys,
+        report.keyed("users").coverage.bronze_rows,
+        report.keyed("users").silver_rows,
+        report.keyed("users").quarantined,
+        report.keyed("users").duplicate_keys,
     )
     assert {"gold/sensor_stats_1m": 2, "gold/readings_enriched": 7} == {
         g.table: g.rows for g in report.gold
@@ -161,8 +161,8 @@ def test_bronze_gaps_and_duplicate_rows_are_reported_as_offset_ranges(tmp_path: 
     # The silver rows of the deleted bronze records are now rows bronze lacks.
     assert (3, [("sensors", 0, 3, 4, "silver/sensor_readings"),
                 ("sensors", 0, 7, 7, "silver/quarantine")]) == (
-        report.events("sensors").extra.count,
-        ranges(report.events("sensors").extra.ranges),
+        report.appended("sensors").extra.count,
+        ranges(report.appended("sensors").extra.ranges),
     )  # fmt: skip
     assert [
         "bronze/sensors sensors/0: 3 offsets missing (gaps: 3-4, 7)",
@@ -177,13 +177,13 @@ def test_records_landed_nowhere_or_twice_are_missing_or_repeated(tmp_path: Path)
     report = run(build(tmp_path, silver__sensor_readings=readings))
 
     assert (3, [("sensors", 1, 0, 2, "")]) == (
-        report.events("sensors").missing.count,
-        ranges(report.events("sensors").missing.ranges),
+        report.appended("sensors").missing.count,
+        ranges(report.appended("sensors").missing.ranges),
     )
     assert [("sensors", 0, 9, 9, "silver/sensor_duplicates + silver/sensor_readings")] == ranges(
-        report.events("sensors").repeated.ranges
+        report.appended("sensors").repeated.ranges
     )
-    assert 0 == report.events("sensors").extra.count
+    assert 0 == report.appended("sensors").extra.count
     assert 2 == len(report.problems)
 
 
@@ -193,16 +193,16 @@ def test_users_one_row_per_user_and_lineage_in_bronze_never_quarantined(tmp_path
     report = run(build(tmp_path, silver__users=users))
 
     assert (1, [1]) == (
-        report.entities("users").duplicate_keys,
-        report.entities("users").duplicate_key_samples,
+        report.keyed("users").duplicate_keys,
+        report.keyed("users").duplicate_key_samples,
     )
     assert [("users", 0, 99, 99, "silver/users")] == ranges(
-        report.entities("users").coverage.extra.ranges
+        report.keyed("users").coverage.extra.ranges
     )
     assert [("users", 0, 4, 4, "silver/quarantine + silver/users")] == ranges(
-        report.entities("users").coverage.repeated.ranges
+        report.keyed("users").coverage.repeated.ranges
     )
-    assert 0 == report.entities("users").coverage.missing.count  # superseded changes leave no trace
+    assert 0 == report.keyed("users").coverage.missing.count  # superseded changes leave no trace
     assert 3 == len(report.problems)
 
 
@@ -246,8 +246,8 @@ def test_absent_tables_count_as_empty_and_no_lake_at_all_is_a_request_error(
 ) -> None:
     report = run(build(tmp_path / "lake", silver__sensor_readings=None))
     assert (11, [("sensors", 0, 0, 6, ""), ("sensors", 1, 0, 3, "")]) == (
-        report.events("sensors").missing.count,
-        ranges(report.events("sensors").missing.ranges),
+        report.appended("sensors").missing.count,
+        ranges(report.appended("sensors").missing.ranges),
     )
     assert None is report.tables["silver/sensor_readings"]
 
