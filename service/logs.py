@@ -215,7 +215,7 @@ def jvm_log_config(
             "logger.jetty.name = org.sparkproject.jetty",
             "logger.jetty.level = warn",
             # Every users MERGE warns that its source (the batch's cached rows) was not
-            # copied: the service chose so (`service.ingest.entities_merge`). Only that
+            # copied: the service chose so (`service.lake.merge`). Only that
             # warning is dropped.
             "logger.merge.name = org.apache.spark.sql.delta.commands.MergeIntoCommand",
             f"logger.merge.level = {jvm_level}",

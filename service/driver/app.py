@@ -52,7 +52,7 @@ from service.lake.maintenance import (
 )
 from service.lake.object_files import ObjectFiles
 from service.lake.tables import OPERATOR_TABLES, QuerySpec, Table
-from service.streaming.queries import (
+from service.streaming.runner import (
     IngestBatches,
     check_tables,
     checkpoint_location,

@@ -26,7 +26,7 @@ from service.gold.queries import GoldQuery
 from service.ingest.query import IngestQuery
 from service.lake.jvm import java_class
 from service.lake.lease import DriverLease
-from service.streaming.queries import QueryWriter
+from service.streaming.runner import QueryWriter
 
 log = structlog.get_logger(__name__)
 

@@ -45,7 +45,7 @@ from service.lake.tables import (
     catalogue_of,
 )
 from service.streaming.profile import BatchProfile
-from service.streaming.queries import (
+from service.streaming.runner import (
     IngestBatches,
     QueryWriter,
     checkpoint_location,

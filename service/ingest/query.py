@@ -14,7 +14,7 @@ from service.ingest.bronze import to_records
 from service.ingest.modes import parse_records
 from service.kafka.source import read_topic
 from service.lake.tables import Table, contract_tables
-from service.streaming.queries import QueryWriter, start_with_writer
+from service.streaming.runner import QueryWriter, start_with_writer
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from service.contracts.model import Branch, Condition, Contract, Field
 from service.ingest.validation import (
     MAX_EPOCH_MILLIS,
     MIN_EPOCH_MILLIS,
+    SCHEMA_ID_COLUMN,
     JsonField,
     Violation,
     json_object,
@@ -690,6 +691,11 @@ def typed_record(contract: Contract) -> dict[str, Column]:
         column.name: staged_field(f, fields).as_type(column.dataType).alias(column.name)
         for f, column in zip(contract.leaves, contract.payload_columns(), strict=True)
     }
+
+
+def schema_id(contract: Contract) -> list[Column]:
+    """The record's schema id column where ``contract`` is framed (`with_unframed_payload`)."""
+    return [F.col(SCHEMA_ID_COLUMN).alias(SCHEMA_ID_COLUMN)] if contract.framed else []
 
 
 def java_pattern(pattern: str) -> str:

@@ -6,7 +6,7 @@ analysed once at start, not per micro-batch. The ``foreachBatch`` writer caches 
 validated rows, which carry the bronze columns (but the text views, recomputed
 where written) and the parsed payload, and from those same rows writes
 bronze, quarantines, dedups and writes silver: the independent tables at once
-(`service.streaming.queries.run_together`), since most of a small Delta append is the
+(`service.streaming.runner.run_together`), since most of a small Delta append is the
 driver's fixed cost, not the rows.
 Every table write carries Delta's ``txnAppId``/``txnVersion`` = (query app id,
 batch id). If the driver dies anywhere inside a batch, the restart replays the
@@ -30,10 +30,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
+from service.ingest.batch import BatchSummary, SilverOutcome, summarize
 from service.ingest.bronze import TEXT_VIEWS, with_text_views
+from service.ingest.modes import mode_of
 from service.ingest.offset_gaps import edge_gaps, inner_gaps, to_offset_gaps
 from service.ingest.query import IngestQuery
-from service.ingest.strategies import BatchSummary, SilverOutcome, silver_writer, summarize
 from service.ingest.validation import split_valid_invalid, to_quarantine
 from service.lake.checkpoints import BatchRanges
 from service.lake.delta import Commit, append_once
@@ -41,7 +42,7 @@ from service.lake.maintenance import TableMaintenance
 from service.lake.schemas import BRONZE, INGESTED_AT
 from service.lake.tables import OFFSET_GAPS_TABLE, QUARANTINE_TABLE, Table, contract_tables
 from service.streaming.profile import BatchProfile
-from service.streaming.queries import IngestBatches, QueryWriter, run_together
+from service.streaming.runner import IngestBatches, QueryWriter, run_together
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +82,7 @@ class BatchWriter(QueryWriter):
         # A batch writes at most three tables at once, one of them from this thread,
         # and the silver writes nest inside one of those.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
-        self._silver = silver_writer(query.contract, settings, live=True)
+        self._silver = mode_of(query.contract).silver_writes(settings, live=True)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)
@@ -99,11 +100,11 @@ class BatchWriter(QueryWriter):
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(parsed)
-                written = Written(
+                batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
-                gaps = _offset_gaps(parsed, summary, start, end, self.query, written)
-                outcome = self._write(parsed, summary, written, gaps)
+                gaps = _offset_gaps(parsed, summary, start, end, self.query, batch_writes)
+                outcome = self._write(parsed, summary, batch_writes, gaps)
             finally:
                 parsed.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -124,7 +125,7 @@ class BatchWriter(QueryWriter):
         )
 
     def _write(
-        self, parsed: DataFrame, summary: BatchSummary, written: Written, gaps: OffsetGaps
+        self, parsed: DataFrame, summary: BatchSummary, batch_writes: BatchWrites, gaps: OffsetGaps
     ) -> BatchOutcome:
         """Bronze (then its gaps), the quarantine and silver: the independent tables at once."""
         valid, invalid = split_valid_invalid(parsed)
@@ -132,13 +133,13 @@ class BatchWriter(QueryWriter):
 
         def write_silver() -> None:
             nonlocal silver
-            silver = self._silver.write(valid, summary, written)
+            silver = self._silver.write(valid, summary, batch_writes)
 
-        writes = _bronze_and_quarantine(parsed, invalid, summary, self._bronze, written, gaps)
+        writes = _bronze_and_quarantine(parsed, invalid, summary, self._bronze, batch_writes, gaps)
         if summary.valid:
             writes.append(write_silver)
         try:
-            written.together(writes)
+            batch_writes.together(writes)
         finally:
             if silver.duplicates is not None:
                 silver.duplicates.unpersist()
@@ -191,7 +192,7 @@ def _offset_gaps(
     start: Mapping[int, int],
     end: Mapping[int, int],
     query: IngestQuery,
-    written: Written,
+    batch_writes: BatchWrites,
 ) -> OffsetGaps:
     """The batch's gaps (`service.ingest.offset_gaps`): none, and no Spark job, when
     every partition read one record per offset of its range."""
@@ -200,8 +201,8 @@ def _offset_gaps(
         return OffsetGaps()
     inner_rows = inner_gaps(parsed, inner) if inner else None
     rows = to_offset_gaps(
-        parsed.sparkSession, edges, inner_rows, query.topic, query.name, written.batch_id,
-        written.stamp,
+        parsed.sparkSession, edges, inner_rows, query.topic, query.name, batch_writes.batch_id,
+        batch_writes.stamp,
     ).persist()  # fmt: skip
     counts = rows.agg(F.sum("offsets").alias("offsets"), F.count(F.lit(1)).alias("ranges"))
     total = counts.collect()[0]
@@ -209,9 +210,9 @@ def _offset_gaps(
 
 
 @dataclass(frozen=True)
-class Written:
+class BatchWrites:
     """Which write this is: the txn (app id, batch id), the batch's stamp, its profile
-    (a `service.ingest.strategies.Writes`).
+    (a `service.ingest.batch.Writes`).
 
     ``fence`` runs before each table write (the driver lease is still ours).
     """
@@ -254,7 +255,7 @@ def _bronze_and_quarantine(
     invalid: DataFrame,
     summary: BatchSummary,
     bronze_table: Table,
-    written: Written,
+    batch_writes: BatchWrites,
     gaps: OffsetGaps,
 ) -> list[Callable[[], object]]:
     """The writes of bronze (every batch), then its offset gaps (when the batch has some),
@@ -270,17 +271,17 @@ def _bronze_and_quarantine(
     bronze = with_text_views(parsed).select(*BRONZE.fieldNames())
 
     def write_bronze() -> None:
-        written.append(bronze, bronze_table)
+        batch_writes.append(bronze, bronze_table)
         if gaps.rows is not None:
             try:
-                written.append(gaps.rows, OFFSET_GAPS_TABLE)
+                batch_writes.append(gaps.rows, OFFSET_GAPS_TABLE)
             finally:
                 gaps.rows.unpersist()
 
     writes: list[Callable[[], object]] = [write_bronze]
     if summary.quarantined:
-        quarantine = to_quarantine(with_text_views(invalid), written.stamp)
-        writes.append(lambda: written.append(quarantine, QUARANTINE_TABLE))
+        quarantine = to_quarantine(with_text_views(invalid), batch_writes.stamp)
+        writes.append(lambda: batch_writes.append(quarantine, QUARANTINE_TABLE))
     return writes
 
 

@@ -3,7 +3,7 @@
 Every table has exactly one owning query (`table_owners`: the first query that
 writes it, so silver/quarantine, written by both ingest queries, belongs to
 ``ingest_users``). A query maintains its tables in its own thread, between its own
-micro-batches, after a batch's commits (`service.streaming.queries.QueryWriter.writing`):
+micro-batches, after a batch's commits (`service.streaming.runner.QueryWriter.writing`):
 maintenance never runs concurrently with the table's own writer, so the users
 MERGE cannot meet a concurrent OPTIMIZE. A table is due one maintenance interval
 after its last run, successful or not, or after the first start of its query's

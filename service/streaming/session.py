@@ -80,7 +80,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
-        # Ingest and gold queries run their jobs in two pools (service.streaming.queries), FAIR
+        # Ingest and gold queries run their jobs in two pools (service.streaming.runner), FAIR
         # between them: gold's five queries cannot starve the two ingest queries.
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(scheduler_pools_file()),

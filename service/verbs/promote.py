@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from service.config import Settings
 from service.contracts.model import Contract, Field
 from service.errors import ConfigError
-from service.ingest.entities_merge import merge_entities_once
+from service.ingest.modes import mode_of
 from service.ingest.rules import json_field, own_rules, with_member_checks
 from service.ingest.validation import json_object, stage_fields
 from service.lake.checkpoints import APP_ID_PREFIX
@@ -40,8 +40,9 @@ from service.lake.evolution import apply_evolution, plan_evolution
 from service.lake.lakeview import LakeReader
 from service.lake.lease import acquire_driver_lease
 from service.lake.local_rows import local_frame
+from service.lake.merge import merge_once
 from service.lake.object_files import ObjectFiles
-from service.lake.schemas import COORDINATES, PROMOTIONS, RESCUED
+from service.lake.schemas import PROMOTIONS, RESCUED
 from service.lake.tables import PROMOTIONS_TABLE, contract_tables
 from service.streaming.session import build_spark
 
@@ -208,9 +209,7 @@ class _Promoter:
                  fields=[f.path for f in fields], unfinished=unfinished)  # fmt: skip
         uri = self.silver.uri(self.settings.storage_uri)
         silver = self.spark.read.format("delta").load(uri)
-        # A silver row is named by its entity's key, or by its event's coordinates.
-        key = self.contract.key if self.contract.mode == "entities" else None
-        identity = [key] if key is not None else list(COORDINATES)
+        identity = list(mode_of(self.contract).identity)
         rows = promoted_rows(silver, self.contract, fields, identity).persist()
         try:
             promoted = rows.where("_promoted").count()
@@ -220,7 +219,7 @@ class _Promoter:
                 update = {f"`{f.column}`": f"s.`{f.column}`" for f in fields}
                 update[RESCUED.name] = f"s.{RESCUED.name}"
                 self.fence()
-                merge_entities_once(
+                merge_once(
                     rows.where("_promoted"),
                     uri,
                     f"{APP_ID_PREFIX}:promote:{run_id}",

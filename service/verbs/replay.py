@@ -3,9 +3,9 @@
 After a fix (a producer's clock, ``INGEST_MAX_FUTURE_SECONDS`` raised, a value the
 contract now accepts), the quarantined records a selection names are read back from
 bronze (their exact bytes) and go through what live records go through
-(`service.ingest.strategies`): validation with the current settings and contracts,
-then for an events contract the dedup against silver (an event already there lands in
-its duplicates table) and for an entities contract the MERGE's ordering rules. What
+(`service.ingest.modes`): validation with the current settings and contracts, then the
+silver writes of the contract's write mode (an event already in silver lands in its
+duplicates table; an entity's change obeys the MERGE's ordering rules). What
 passes lands in silver; gold's streams read it like late data. Quarantine rows are
 kept: silver/quarantine_replays records per record and replay what happened
 (``silver``, ``duplicate``, or ``rejected`` with the code the record fails with now,
@@ -37,8 +37,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.config import Settings
+from service.ingest.batch import summarize
+from service.ingest.modes import mode_of
 from service.ingest.query import IngestQuery, ingest_queries
-from service.ingest.strategies import silver_writer, summarize
 from service.ingest.validation import split_valid_invalid
 from service.lake.checkpoints import APP_ID_PREFIX
 from service.lake.delta import append_once, ensure_table
@@ -261,7 +262,7 @@ class _Replayer:
         self, query: IngestQuery, plan: DataFrame, app_id: str, stamp: Column, dry_run: bool
     ) -> DataFrame:
         """Validate and write one topic's planned records as live records are (the same
-        silver strategy as the driver's); their outcomes."""
+        silver writes as the driver's); their outcomes."""
         tables = contract_tables(query.contract)
         records = self._read(tables.bronze.uri(self.settings.storage_uri)).join(
             plan.select(*COORDINATES), list(COORDINATES), "left_semi"
@@ -273,7 +274,7 @@ class _Replayer:
         )
         summary = summarize(parsed)
         valid, _ = split_valid_invalid(parsed)
-        writer = silver_writer(query.contract, self.settings, live=False)
+        writer = mode_of(query.contract).silver_writes(self.settings, live=False)
         outcome = writer.write(valid, summary, _ReplayWrites(self, app_id), dry_run)
         return classify(parsed, outcome.duplicates)
 
@@ -286,7 +287,7 @@ class _Replayer:
 
 @dataclass(frozen=True)
 class _ReplayWrites:
-    """A replay's silver writes (`service.ingest.strategies.Writes`): one after the other,
+    """A replay's silver writes (`service.ingest.batch.Writes`): one after the other,
     each committed under the replay's app id with the writes' version."""
 
     replayer: _Replayer

@@ -40,7 +40,7 @@ from service.lake.tables import (
     Table,
     contract_tables,
 )
-from service.streaming.queries import checkpoint_location
+from service.streaming.runner import checkpoint_location
 
 T = TypeVar("T")
 # How long `status` waits for the brokers' first answer: an on-call answer in seconds even

@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame
 
 import service.gold.queries
-import service.ingest.strategies
+import service.ingest.modes.entities
 import service.ingest.writer
 import service.verbs.promote
 from service.__main__ import main
-from service.ingest.entities_merge import merge_entities_once
 from service.lake.delta import append_once, table_transactions
+from service.lake.merge import merge_once
 
 T = TypeVar("T")
 
@@ -81,8 +81,8 @@ def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
 
 
 service.ingest.writer.append_once = crashing(append_once)  # type: ignore[attr-defined]
-service.ingest.strategies.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
-service.verbs.promote.merge_entities_once = crashing(merge_entities_once)  # type: ignore[attr-defined]
+service.ingest.modes.entities.merge_once = crashing(merge_once)  # type: ignore[attr-defined]
+service.verbs.promote.merge_once = crashing(merge_once)  # type: ignore[attr-defined]
 service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
     service.ingest.writer.BatchWriter.__call__
 )

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from structlog.testing import capture_logs
 
 from service.driver.running import RunningQuery, _running, stop_gracefully
-from service.streaming.queries import QueryWriter
+from service.streaming.runner import QueryWriter
 
 
 def _rate_query(

@@ -15,7 +15,7 @@ from service.gold.queries import GoldWriter, gold_queries, start_gold_query
 from service.lake.checkpoints import PLAN_FILE
 from service.lake.delta import ensure_table
 from service.lake.tables import HEART_RATE_ACTIVITY, SENSOR_READINGS
-from service.streaming.queries import checkpoint_location, start_with_writer
+from service.streaming.runner import checkpoint_location, start_with_writer
 from tests.support.gold import T0, acc, hr, readings
 from tests.support.lake import LOCAL_FILES
 

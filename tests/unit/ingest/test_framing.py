@@ -13,10 +13,12 @@ from pyspark.sql import SparkSession
 
 from service.contracts.loading import parse_contract
 from service.contracts.model import Contract
-from service.ingest.entities_merge import merge_entities_once
-from service.ingest.modes import Entities, Events, parse_records
+from service.ingest.modes import parse_records
+from service.ingest.modes.entities import Entities
+from service.ingest.modes.events import Events
 from service.ingest.validation import split_valid_invalid
 from service.lake.delta import ensure_table
+from service.lake.merge import merge_once
 from service.lake.tables import contract_tables
 from tests.support.contracts import orders, shipped
 from tests.support.lake import LOCAL_FILES
@@ -139,7 +141,7 @@ def test_a_framed_entity_keeps_the_schema_id_of_its_newest_change(
     valid, invalid = split_valid_invalid(parse_records(users, bronze, 4096, None))
     mode = Entities(users)
 
-    merge_entities_once(mode.latest_changes(valid), uri, "framing-test", 1, mode.merge_clauses())
+    merge_once(mode.latest_changes(valid), uri, "framing-test", 1, mode.merge_clauses())
 
     assert 0 == invalid.count()
     rows = {r["user_id"]: r for r in spark.read.format("delta").load(uri).collect()}

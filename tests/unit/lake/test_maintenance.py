@@ -42,7 +42,7 @@ from service.lake.tables import (
     QuerySpec,
     Table,
 )
-from service.streaming.queries import QueryWriter
+from service.streaming.runner import QueryWriter
 from service.streaming.session import spark_conf
 from tests.support.lake import LOCAL_FILES
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from service.config import Settings
 from service.gold.queries import GoldWriter, gold_queries
 from service.lake.tables import HEART_RATE_ACTIVITY
-from service.streaming.queries import IngestBatches
+from service.streaming.runner import IngestBatches
 
 
 def _hold(ingest: IngestBatches, entered: threading.Event, release: threading.Event,

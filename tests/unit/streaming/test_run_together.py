@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pyspark.sql import SparkSession
 
-from service.streaming.queries import run_together
+from service.streaming.runner import run_together
 
 POOL = "spark.scheduler.pool"
 

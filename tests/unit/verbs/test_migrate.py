@@ -28,7 +28,7 @@ from service.lake.tables import (
     SENSOR_READINGS,
     SHIPPED,
 )
-from service.streaming.queries import check_tables, checkpoint_location
+from service.streaming.runner import check_tables, checkpoint_location
 from service.verbs.migrate import migrate_tables
 from tests.support.lake import LOCAL_FILES
 

@@ -10,7 +10,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest.modes import Events, parse_records
+from service.ingest.modes import parse_records
+from service.ingest.modes.events import Events
 from service.ingest.validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     ERROR_CODES,

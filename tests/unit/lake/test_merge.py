@@ -10,10 +10,11 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from service.ingest.entities_merge import merge_entities_once
-from service.ingest.modes import Entities, parse_records
+from service.ingest.modes import parse_records
+from service.ingest.modes.entities import Entities
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.delta import ensure_table
+from service.lake.merge import merge_once
 from service.lake.tables import SHIPPED, USERS
 from tests.support.lake import LOCAL_FILES
 from tests.support.payloads import profile
@@ -36,7 +37,7 @@ def merge(
     bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
     valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
     mode = Entities(CONTRACT)
-    merge_entities_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses())
+    merge_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses())
 
 
 def table_version(spark: SparkSession, uri: str) -> int:

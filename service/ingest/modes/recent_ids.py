@@ -1,6 +1,6 @@
 """The event ids an events contract's silver table received lately, kept by its writer.
 
-Dedup (`service.ingest.dedup`) searches silver's horizon for a batch's ids: a
+Dedup (`service.ingest.modes.dedup`) searches silver's horizon for a batch's ids: a
 Spark job over the horizon's files, about 0.5 s even for ten readings, that nearly
 always finds nothing. `RecentIds` keeps the event ids of every silver row that
 arrived from a floor on, as 64-bit hashes (a superset: a collision only costs a search).
@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from service.ingest.batch import utc_from_micros
 from service.lake.delta import Commit
 from service.lake.live_files import LiveFiles, Window
 
@@ -46,14 +47,7 @@ _SLACK = timedelta(minutes=10)
 # Seconds between attempts to load while silver holds too many ids (each one a read).
 _RETRY_SECONDS = 300.0
 _MICROSECOND = timedelta(microseconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER = datetime.max.replace(tzinfo=UTC)
-
-
-def utc_from_micros(micros: int) -> datetime:
-    """A UTC datetime from microseconds since the epoch: exact in every time zone (a
-    collected timestamp is naive local time, ambiguous in the hour a clock goes back)."""
-    return _EPOCH + timedelta(microseconds=micros)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
-"""The two write modes of a contract, as pure transforms: what a record is, how it is checked,
-and the rows its silver table receives.
+"""The ``entities`` write mode: a record changes the entity its key names; the newest change
+by the contract's ``order_by`` wins (`Entities.latest_changes`, then an idempotent MERGE
+with `merge_clauses`). A record with a key and a null value is a tombstone: the entity is
+marked deleted.
 
-- ``events`` (`Events`): every valid record is a row of silver, appended; a repeat of an
-  id within the dedup horizon is a duplicate (`service.ingest.dedup`). Silver adds the
-  contract's derived columns and, with ``partition_by``, the UTC day of its event time.
-- ``entities`` (`Entities`): a record changes the entity its key names; the newest change
-  by the contract's ``order_by`` wins (`latest_changes`, then the MERGE of
-  `service.ingest.entities_merge`). A record with a key and a null value is a tombstone: the
-  entity is marked deleted.
-
-`parse_records` is the one validation of a topic's records, the same for the driver and
-for ``replay-quarantine``; `mode_of` is the one place a contract's mode is looked at.
+The row's state is a function of the set of changes ever seen, not of their order or of
+how they fell into micro-batches: the entity's fields (and the order field, ``_rescued``,
+lineage) are those of the newest upsert by (order field, partition, offset), so an older
+change never overwrites a newer one; the entity is deleted (``is_deleted``, ``deleted_at``
+= the newest tombstone's arrival) while no upsert is newer than that tombstone, so a newer
+upsert resurrects. A tombstone for an unknown entity inserts a deleted row without fields.
+The MERGE commits with ``txnAppId``/``txnVersion`` (`service.lake.merge`), so that Delta
+skips a replayed micro-batch as a whole (and replaying a change is a no-op anyway).
 """
 
 from __future__ import annotations
@@ -21,70 +21,19 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from service.config import Settings
 from service.contracts.model import Contract
-from service.ingest.entities_merge import merge_clauses
-from service.ingest.rules import (
-    contract_violations,
-    json_fields,
-    member_fields,
-    typed_record,
-    with_member_checks,
-    with_other_members,
-)
-from service.ingest.validation import (
-    SCHEMA_ID_COLUMN,
-    Violation,
-    payload_violations,
-    rescued_fields,
-    shown,
-    stage_fields,
-    with_error,
-    with_parsed_payload,
-)
-from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED, silver_schema
+from service.ingest.batch import BatchSummary, SilverOutcome, Writes
+from service.ingest.rules import schema_id, typed_record
+from service.ingest.validation import SCHEMA_ID_COLUMN, Violation, rescued_fields, shown
+from service.lake.merge import MergeClauses, merge_once
+from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
+from service.lake.tables import Table, contract_tables
 
 _LINEAGE = tuple(c.name for c in LINEAGE)
-_MICROS_PER_DAY = 86_400_000_000
 _INTEGER_KEY = r"^-?[0-9]+\z"
-
-
-@dataclass(frozen=True)
-class Events:
-    """A contract whose records are events, appended to silver."""
-
-    contract: Contract
-
-    def tombstone(self) -> Column:
-        """Never: a null value is an ``empty_payload``."""
-        return F.lit(False)
-
-    def key_violations(self) -> list[Violation]:
-        """None: an event's key is not checked."""
-        return []
-
-    def record(self) -> Column:
-        """The typed payload, the schema id of a framed contract and ``_rescued``."""
-        return F.struct(
-            *typed_record(self.contract).values(), *_schema_id(self.contract), self._rescued()
-        )
-
-    def _rescued(self) -> Column:
-        return rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name)
-
-    def to_silver(self, valid: DataFrame) -> DataFrame:
-        """Valid records in the silver schema: typed, derived columns, lineage, partition
-        (the UTC day of the event time, whatever the session time zone)."""
-        lineage = [c for c in valid.columns if c.startswith("kafka_")]
-        flat = valid.select("record.*", *lineage, INGESTED_AT.name)
-        derived = {d.column: F.expr(d.sql).cast(d.data_type) for d in self.contract.derived}
-        if self.contract.partition is not None:
-            column, day_of = self.contract.partition
-            day = F.floor(F.unix_micros(day_of) / _MICROS_PER_DAY).cast("int")
-            derived[column] = F.date_from_unix_date(day)
-        schema = silver_schema(self.contract)
-        return flat.withColumns(derived).select(
-            [F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields]
-        )
+_MERGED_LINEAGE = (*_LINEAGE, INGESTED_AT.name)
+_BEGINNING = "TIMESTAMP'0001-01-01 00:00:00'"
 
 
 @dataclass(frozen=True)
@@ -92,6 +41,11 @@ class Entities:
     """A contract whose records change entities, upserted into silver by key."""
 
     contract: Contract
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The columns naming a silver row: its entity's key."""
+        return (self.key,)
 
     @property
     def key(self) -> str:
@@ -158,7 +112,7 @@ class Entities:
             tombstone.alias("is_tombstone"),
             F.when(tombstone, key_value).otherwise(columns[self.key]).alias(self.key),
             *[c for name, c in columns.items() if name != self.key],
-            *_schema_id(self.contract),
+            *schema_id(self.contract),
             F.when(tombstone, F.col("kafka_timestamp")).otherwise(order).alias("change_time"),
             rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
         )
@@ -169,7 +123,7 @@ class Entities:
         payload = tuple(c.name for c in self.contract.payload_columns() if c.name != self.key)
         return (*payload, *([SCHEMA_ID_COLUMN] if self.contract.framed else []))
 
-    def merge_clauses(self) -> tuple[str, str, dict[str, str | Column], dict[str, str | Column]]:
+    def merge_clauses(self) -> MergeClauses:
         """The clauses of the MERGE of `latest_changes` into silver (`merge_clauses`)."""
         assert self.contract.order_by is not None
         return merge_clauses(self.key, self.contract.order_by, self.profile())
@@ -203,55 +157,81 @@ class Entities:
             upsert.alias("upsert"), tombstone_at.alias("tombstone_at"), tombstone.alias("tombstone")
         )
 
-
-WriteMode = Events | Entities
-
-
-def _schema_id(contract: Contract) -> list[Column]:
-    """The record's schema id column where ``contract`` is framed (`with_unframed_payload`)."""
-    return [F.col(SCHEMA_ID_COLUMN).alias(SCHEMA_ID_COLUMN)] if contract.framed else []
+    def silver_writes(self, settings: Settings, live: bool) -> EntitiesSilver:
+        """Its silver writes (the same for the driver, ``live``, and a replay)."""
+        return EntitiesSilver(self, settings)
 
 
-def mode_of(contract: Contract) -> WriteMode:
-    """The write mode of ``contract``."""
-    return Events(contract) if contract.mode == "events" else Entities(contract)
+class EntitiesSilver:
+    """An entities contract's silver writes: the newest change per entity, MERGEd."""
+
+    def __init__(self, mode: Entities, settings: Settings) -> None:
+        self.mode = mode
+        self.silver = contract_tables(mode.contract).silver
+        self._uri = self.silver.uri(settings.storage_uri)
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """The table it writes."""
+        return (self.silver,)
+
+    def write(
+        self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
+    ) -> SilverOutcome:
+        """MERGE the batch's newest change per entity (nothing with ``dry_run``)."""
+        if summary.valid and not dry_run:
+            with writes.phase(self.silver.name):
+                writes.fence()
+                merge_once(
+                    self.mode.latest_changes(valid),
+                    self._uri,
+                    writes.app_id,
+                    writes.version,
+                    self.mode.merge_clauses(),
+                )
+        return SilverOutcome({self.silver.name: summary.valid})
 
 
-def parse_records(
-    contract: Contract,
-    bronze: DataFrame,
-    max_payload_bytes: int,
-    max_future_seconds: int | None,
-    today: Column | None = None,
-) -> DataFrame:
-    """Validate bronze rows against ``contract``: add ``error_code``/``error_detail`` and
-    ``record``, the typed record (complete on valid rows).
-
-    Every input row comes out once, with the bronze columns. ``today`` (a date column,
-    default ``current_date()``) bounds dates the contract bounds by "today";
-    ``max_future_seconds`` (the contract's, else the setting) bounds its event time.
-    """
-    mode = mode_of(contract)
-    skew = (
-        contract.max_future_seconds
-        if contract.max_future_seconds is not None
-        else max_future_seconds
+def merge_clauses(key: str, order_by: str, fields: tuple[str, ...]) -> MergeClauses:
+    """(join condition, update condition, update set, insert values) of the MERGE of an
+    entity with ``key``, newest by ``order_by``, whose upserts set ``fields`` (pure)."""
+    profile = (*fields, RESCUED.name)
+    # The batch's newest upsert beats the row's: (order field, partition, offset) order.
+    newer = (
+        f"s.upsert IS NOT NULL AND (t.{order_by} IS NULL OR"
+        f" struct(s.upsert.{order_by}, s.upsert.kafka_partition, s.upsert.kafka_offset)"
+        f" > struct(t.{order_by}, t.kafka_partition, t.kafka_offset))"
     )
-    today = today if today is not None else F.current_date()
-    staged = stage_fields(
-        with_parsed_payload(bronze, max_payload_bytes, contract.framing),
-        json_fields(contract).values(),
+    ordered = f"CASE WHEN {newer} THEN s.upsert.{order_by} ELSE t.{order_by} END"
+    # A deletion stands while no upsert is newer; a tombstone wins a tie with an upsert.
+    deleted_at = (
+        f"CASE WHEN greatest(t.deleted_at, s.tombstone_at) >= coalesce({ordered}, {_BEGINNING})"
+        " THEN greatest(t.deleted_at, s.tombstone_at) END"
     )
-    staged = with_other_members(staged, contract)
-    staged = with_member_checks(staged, member_fields(contract), today)
-    tombstone = mode.tombstone()
-    checked = with_error(
-        staged,
-        [
-            *payload_violations(max_payload_bytes, tombstone, contract.framing),
-            *mode.key_violations(),
-            *contract_violations(contract, ~tombstone, today, skew),
-        ],
-        [*bronze.columns, mode.record().alias("record")],
+    tombstone_newer = (
+        "s.tombstone_at IS NOT NULL AND (t.deleted_at IS NULL OR s.tombstone_at > t.deleted_at)"
+        f" AND (t.{order_by} IS NULL OR s.tombstone_at >= t.{order_by})"
     )
-    return checked.select(*bronze.columns, "error_code", "error_detail", "record")
+    update: dict[str, str | Column] = {
+        **{c: f"CASE WHEN {newer} THEN s.upsert.{c} ELSE t.{c} END" for c in profile},
+        "deleted_at": deleted_at,
+        "is_deleted": f"({deleted_at}) IS NOT NULL",
+        # Lineage is the upsert's that set the fields (the tombstone's while there is none).
+        **{
+            c: f"CASE WHEN {newer} THEN s.upsert.{c} "
+            f"WHEN t.{order_by} IS NULL AND {tombstone_newer} THEN s.tombstone.{c} ELSE t.{c} END"
+            for c in _MERGED_LINEAGE
+        },
+    }
+    insert_deleted_at = (
+        f"CASE WHEN s.tombstone_at >= coalesce(s.upsert.{order_by}, {_BEGINNING})"
+        " THEN s.tombstone_at END"
+    )
+    insert: dict[str, str | Column] = {
+        key: f"s.{key}",
+        **{c: f"s.upsert.{c}" for c in profile},
+        "deleted_at": insert_deleted_at,
+        "is_deleted": f"({insert_deleted_at}) IS NOT NULL",
+        **{c: f"coalesce(s.upsert.{c}, s.tombstone.{c})" for c in _MERGED_LINEAGE},
+    }
+    return f"t.{key} = s.{key}", f"({newer}) OR ({tombstone_newer})", update, insert

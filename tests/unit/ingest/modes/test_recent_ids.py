@@ -11,8 +11,8 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from service.ingest.dedup import find_duplicates
-from service.ingest.recent_ids import RecentIds, Sighting
+from service.ingest.modes.dedup import find_duplicates
+from service.ingest.modes.recent_ids import RecentIds, Sighting
 from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
 from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES

@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest.modes import Entities, parse_records
+from service.ingest.modes import parse_records
+from service.ingest.modes.entities import Entities
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.tables import SHIPPED
 from tests.support.payloads import profile

@@ -9,14 +9,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from service.ingest import dedup
-from service.ingest.dedup import (
+from service.ingest.batch import summarize
+from service.ingest.modes import dedup
+from service.ingest.modes.dedup import (
     BROADCAST_IDS,
     duplicate_candidates,
     find_duplicates,
     without_duplicates,
 )
-from service.ingest.strategies import summarize
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from tests.support.records import readings
 

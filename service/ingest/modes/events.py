@@ -1,0 +1,164 @@
+"""The ``events`` write mode: every valid record is a row of silver, appended once; a repeat
+of an id within the dedup horizon lands in the duplicates table instead
+(`service.ingest.modes.dedup`). Silver adds the contract's derived columns and, with
+``partition_by``, the UTC day of its event time.
+
+`Events` is the mode's pure transforms (what a record is, its silver rows, what names a
+silver row); `EventsSilver` its silver writes, the same for the driver and
+``replay-quarantine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from service.config import Settings
+from service.contracts.model import Contract
+from service.ingest.batch import BatchSummary, SilverOutcome, Writes
+from service.ingest.modes.dedup import find_duplicates, without_duplicates
+from service.ingest.modes.recent_ids import RecentIds, Sighting
+from service.ingest.rules import schema_id, typed_record
+from service.ingest.validation import Violation, rescued_fields
+from service.lake.delta import Commit
+from service.lake.live_files import LiveFiles, Window
+from service.lake.schemas import COORDINATES, INGESTED_AT, RESCUED, duplicates_schema, silver_schema
+from service.lake.tables import Table, contract_tables
+
+_MICROS_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class Events:
+    """A contract whose records are events, appended to silver."""
+
+    contract: Contract
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The columns naming a silver row: its event's Kafka coordinates."""
+        return COORDINATES
+
+    def tombstone(self) -> Column:
+        """Never: a null value is an ``empty_payload``."""
+        return F.lit(False)
+
+    def key_violations(self) -> list[Violation]:
+        """None: an event's key is not checked."""
+        return []
+
+    def record(self) -> Column:
+        """The typed payload, the schema id of a framed contract and ``_rescued``."""
+        return F.struct(
+            *typed_record(self.contract).values(),
+            *schema_id(self.contract),
+            rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
+        )
+
+    def to_silver(self, valid: DataFrame) -> DataFrame:
+        """Valid records in the silver schema: typed, derived columns, lineage, partition
+        (the UTC day of the event time, whatever the session time zone)."""
+        lineage = [c for c in valid.columns if c.startswith("kafka_")]
+        flat = valid.select("record.*", *lineage, INGESTED_AT.name)
+        derived = {d.column: F.expr(d.sql).cast(d.data_type) for d in self.contract.derived}
+        if self.contract.partition is not None:
+            column, day_of = self.contract.partition
+            day = F.floor(F.unix_micros(day_of) / _MICROS_PER_DAY).cast("int")
+            derived[column] = F.date_from_unix_date(day)
+        schema = silver_schema(self.contract)
+        return flat.withColumns(derived).select(
+            [F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields]
+        )
+
+    def silver_writes(self, settings: Settings, live: bool) -> EventsSilver:
+        """Its silver writes (``live``: the driver's own, see `EventsSilver`)."""
+        return EventsSilver(self, settings, live)
+
+
+class EventsSilver:
+    """An events contract's silver writes: dedup (the search of silver's horizon; in the
+    driver, first the ids silver received lately, `RecentIds`), then the duplicates and the
+    fresh events appended, each only when there are some. ``live``: the driver's own
+    writer, which keeps silver's live files and recent ids between its batches."""
+
+    def __init__(self, mode: Events, settings: Settings, live: bool) -> None:
+        contract = mode.contract
+        self.mode = mode
+        tables = contract_tables(contract)
+        assert tables.duplicates is not None and contract.id_field is not None
+        self.silver, self.duplicates = tables.silver, tables.duplicates
+        self._id = contract.id_field
+        self._schema = duplicates_schema(contract)
+        self._horizon = (
+            contract.dedup_horizon_seconds
+            if contract.dedup_horizon_seconds is not None
+            else settings.dedup_horizon_seconds
+        )
+        self.files = LiveFiles(self.silver.uri(settings.storage_uri), "kafka_timestamp")
+        self._recent = RecentIds(self.files, self._horizon, self._id) if live else None
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """The tables it writes."""
+        return (self.silver, self.duplicates)
+
+    def write(
+        self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
+    ) -> SilverOutcome:
+        """Dedup ``valid`` against silver and the batch; append the duplicates and the fresh
+        events (with ``dry_run``, only find the duplicates)."""
+        events = self.mode.to_silver(valid)
+        spark = valid.sparkSession
+        outcome = SilverOutcome()
+        sighting = Sighting(clear=False)
+        if self._recent is not None:
+            with writes.phase("recent_ids"):
+                sighting = self._recent.sighting(
+                    spark, events, summary.valid, summary.first_arrival, summary.last_arrival
+                )
+        if not sighting.clear:
+            with writes.phase("dedup"):
+                recent = self.recent_events(spark, summary, sighting.windows)
+                found = find_duplicates(
+                    events, recent, self._horizon, summary.valid, self._id, self._schema
+                )
+                if found is not None:
+                    # Cached: the search runs once, for the count, the write and the filter.
+                    outcome.duplicates = found.persist()
+                    outcome.duplicate_rows = found.count()
+        found, fresh = outcome.duplicates, events
+        pending: list[Callable[[], object]] = []
+        if found is not None and outcome.duplicate_rows:
+            pending.append(lambda: writes.append(found, self.duplicates))
+            fresh = without_duplicates(events, found)
+        if summary.valid > outcome.duplicate_rows:
+            pending.append(lambda: self._committed(writes.append(fresh, self.silver)))
+        if not dry_run:
+            writes.together(pending)
+        outcome.rows = {
+            self.silver.name: summary.valid - outcome.duplicate_rows,
+            self.duplicates.name: outcome.duplicate_rows,
+        }
+        return outcome
+
+    def _committed(self, commit: Commit | None) -> None:
+        self.files.committed(commit)
+        if self._recent is not None:
+            self._recent.committed(commit)
+
+    def recent_events(
+        self,
+        spark: SparkSession,
+        summary: BatchSummary,
+        windows: Sequence[Window] | None = None,
+    ) -> DataFrame:
+        """Silver pruned to the arrivals that can be originals of this batch, read from the
+        files that meet ``windows`` (`Sighting.windows`) when given."""
+        if summary.first_arrival is None or summary.last_arrival is None:
+            return spark.read.format("delta").load(self.files.uri).limit(0)
+        earliest = summary.first_arrival - timedelta(seconds=self._horizon)
+        return self.files.read(spark, earliest, summary.last_arrival, windows)
