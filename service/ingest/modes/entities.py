@@ -30,9 +30,9 @@ from service.lake.merge import MergeClauses, merge_once
 from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
 from service.lake.tables import Table, contract_tables
 
-_LINEAGE = tuple(c.name for c in LINEAGE)
 _INTEGER_KEY = r"^-?[0-9]+\z"
-_MERGED_LINEAGE = (*_LINEAGE, INGESTED_AT.name)
+# A row's Kafka coordinates and arrival: the lineage a change carries into silver.
+_LINEAGE = (*(c.name for c in LINEAGE), INGESTED_AT.name)
 _BEGINNING = "TIMESTAMP'0001-01-01 00:00:00'"
 
 
@@ -137,8 +137,8 @@ class Entities:
         change) makes the merged state independent of how records fall into batches.
         """
         assert self.contract.order_by is not None
-        upsert_columns = (*self.profile(), RESCUED.name, *_LINEAGE, INGESTED_AT.name)
-        flat = valid.select("record.*", *_LINEAGE, INGESTED_AT.name)
+        upsert_columns = (*self.profile(), RESCUED.name, *_LINEAGE)
+        flat = valid.select("record.*", *_LINEAGE)
         upsert = F.max_by(
             F.when(~F.col("is_tombstone"), F.struct(*upsert_columns)),
             F.when(
@@ -148,7 +148,7 @@ class Entities:
         )
         tombstone_at = F.max(F.when(F.col("is_tombstone"), F.col("change_time")))
         tombstone = F.max_by(
-            F.when(F.col("is_tombstone"), F.struct(*_LINEAGE, INGESTED_AT.name)),
+            F.when(F.col("is_tombstone"), F.struct(*_LINEAGE)),
             F.when(
                 F.col("is_tombstone"), F.struct("change_time", "kafka_partition", "kafka_offset")
             ),
@@ -220,7 +220,7 @@ def merge_clauses(key: str, order_by: str, fields: tuple[str, ...]) -> MergeClau
         **{
             c: f"CASE WHEN {newer} THEN s.upsert.{c} "
             f"WHEN t.{order_by} IS NULL AND {tombstone_newer} THEN s.tombstone.{c} ELSE t.{c} END"
-            for c in _MERGED_LINEAGE
+            for c in _LINEAGE
         },
     }
     insert_deleted_at = (
@@ -232,6 +232,6 @@ def merge_clauses(key: str, order_by: str, fields: tuple[str, ...]) -> MergeClau
         **{c: f"s.upsert.{c}" for c in profile},
         "deleted_at": insert_deleted_at,
         "is_deleted": f"({insert_deleted_at}) IS NOT NULL",
-        **{c: f"coalesce(s.upsert.{c}, s.tombstone.{c})" for c in _MERGED_LINEAGE},
+        **{c: f"coalesce(s.upsert.{c}, s.tombstone.{c})" for c in _LINEAGE},
     }
     return f"t.{key} = s.{key}", f"({newer}) OR ({tombstone_newer})", update, insert
