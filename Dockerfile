@@ -17,16 +17,20 @@
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
-# ---- stage 1: JVM jars from Maven Central (same manifest and flags as `make jars`) ----
+# ---- stage 1: JVM jars from Maven Central (same manifest and flags as `make jars`), and
+# ---- the typed fast path's checker built from jvm/checker beside them ----
 FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /build/deploy/jvm/spark
 COPY deploy/jvm/settings.xml /build/deploy/jvm/settings.xml
 COPY deploy/jvm/spark/pom.xml /build/deploy/jvm/spark/pom.xml
+COPY jvm/checker /build/jvm/checker
 RUN --mount=type=cache,target=/root/.m2 --mount=type=secret,id=build-truststore \
     if [ -f /run/secrets/build-truststore ]; then \
       export MAVEN_OPTS="-Djavax.net.ssl.trustStore=/run/secrets/build-truststore"; fi \
  && mvn -B -q -s ../settings.xml dependency:copy-dependencies \
-      -DexcludeTransitive=true -DoutputDirectory=/opt/lakehouse-ingest/jars
+      -DexcludeTransitive=true -DoutputDirectory=/opt/lakehouse-ingest/jars \
+ && mvn -B -q -s ../settings.xml -f /build/jvm/checker/pom.xml -Dmaven.test.skip=true package \
+ && cp /build/jvm/checker/target/lakehouse-ingest-checker-1.jar /opt/lakehouse-ingest/jars/
 
 # ---- stage 2: the Python virtualenv (pinned by requirements.lock) ----
 FROM ${PYTHON_IMAGE} AS python

@@ -16,6 +16,9 @@ MINIO_BIN   := $(LAKEHOUSE_CACHE)/bin/minio
 MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
 
 SPARK_POM_HASH := $(shell sha256sum deploy/jvm/spark/pom.xml | cut -c1-16)
+# The typed fast path's checker (jvm/checker), built into the Spark jars directory.
+CHECKER_HASH   := $(shell cat jvm/checker/pom.xml $$(find jvm/checker/src -type f | sort) | sha256sum | cut -c1-16)
+SPARK_JARS_STAMP := $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH)-$(CHECKER_HASH)
 KAFKA_POM_HASH := $(shell sha256sum deploy/jvm/kafka/pom.xml 2>/dev/null | cut -c1-16)
 MINIO_HASH     := $(shell echo $(MINIO_MODULE) | sha256sum | cut -c1-16)
 # Pinned helm, built with `go install` (no binary downloads); used by tests/deploy.
@@ -53,11 +56,13 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	touch $@
 
-jars: $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH)
-$(SPARK_JARS)/.stamp-$(SPARK_POM_HASH):
+jars: $(SPARK_JARS_STAMP)
+$(SPARK_JARS_STAMP):
 	rm -rf $(SPARK_JARS) && mkdir -p $(SPARK_JARS)
 	cd deploy/jvm/spark && mvn -B -q -s ../settings.xml dependency:copy-dependencies \
 	  -DexcludeTransitive=true -DoutputDirectory=$(SPARK_JARS)
+	mvn -B -q -s deploy/jvm/settings.xml -f jvm/checker/pom.xml -Dmaven.test.skip=true package
+	cp jvm/checker/target/lakehouse-ingest-checker-1.jar $(SPARK_JARS)/
 	touch $@
 
 # The driver JVM's class-data-sharing archive (deploy/local/cds.py): made by one driver
@@ -66,8 +71,8 @@ $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH):
 # about a third less CPU. It extends the JDK's own archive (lib/server/classes.jsa), so
 # a JDK whose archive was regenerated in place (same version) needs a new one too.
 JAVA_HASH := $(shell (java -version 2>&1; cat "$$(dirname "$$(readlink -f "$$(command -v java)")")/../lib/server/classes.jsa" 2>/dev/null) | sha256sum | cut -c1-16)
-cds: $(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH)
-$(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH): $(VENV)/.installed $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH) $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH) $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH)
+cds: $(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH)-$(CHECKER_HASH)
+$(VENV)/.stamp-cds-$(JAVA_HASH)-$(SPARK_POM_HASH)-$(CHECKER_HASH): $(VENV)/.installed $(SPARK_JARS_STAMP) $(KAFKA_JARS)/.stamp-$(KAFKA_POM_HASH) $(LAKEHOUSE_CACHE)/bin/.stamp-minio-$(MINIO_HASH)
 	rm -f $(VENV)/.stamp-cds-*
 	$(PY) deploy/local/cds.py $(VENV)/share/lakehouse-ingest/driver-classes.jsa
 	touch $@

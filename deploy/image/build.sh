@@ -3,7 +3,8 @@
 #
 # The Dockerfile's public bases (python:*-slim-bookworm, maven:*-temurin-17) are replaced
 # by bases made here from Debian bookworm's own packages with mmdebstrap (python3.11;
-# Maven with OpenJDK 17), passed as the build arguments PYTHON_IMAGE and MAVEN_IMAGE.
+# Maven with OpenJDK 17's JDK, which compiles jvm/checker), passed as the build arguments
+# PYTHON_IMAGE and MAVEN_IMAGE.
 # Every other step is the Dockerfile's own, run by buildah. The root filesystems are
 # cached in $LAKEHOUSE_CACHE/image, keyed by their package lists.
 #
@@ -45,7 +46,7 @@ base() {
 }
 
 PYTHON_IMAGE=$(base python "ca-certificates,python3,python3-venv")
-MAVEN_IMAGE=$(base maven "ca-certificates,maven,openjdk-17-jre-headless")
+MAVEN_IMAGE=$(base maven "ca-certificates,maven,openjdk-17-jdk-headless")
 
 secrets=()
 [ -f /etc/ssl/certs/ca-certificates.crt ] &&

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -684,13 +684,30 @@ def _unique_items(f: Field, field: JsonField) -> Violation:
     )
 
 
-def typed_record(contract: Contract) -> dict[str, Column]:
-    """The typed columns of a valid payload (null where invalid) by name, in document order."""
+def typed_record(contract: Contract, fast: FastValues | None = None) -> dict[str, Column]:
+    """The typed columns of a valid payload (null where invalid) by name, in document order;
+    on a row of the typed fast path (``fast``), its values."""
     fields = json_fields(contract)
-    return {
-        column.name: staged_field(f, fields).as_type(column.dataType).alias(column.name)
-        for f, column in zip(contract.leaves, contract.payload_columns(), strict=True)
-    }
+    columns = {}
+    for f, column in zip(contract.leaves, contract.payload_columns(), strict=True):
+        value = staged_field(f, fields).as_type(column.dataType)
+        if fast is not None:
+            value = F.when(F.col(fast.flag), fast.value(f)).otherwise(value)
+        columns[column.name] = value.alias(column.name)
+    return columns
+
+
+class FastValues(Protocol):
+    """The typed fast path's rows (where column ``flag`` holds) and each leaf's value there."""
+
+    @property
+    def flag(self) -> str:
+        """The column that holds on the fast path's rows."""
+        ...
+
+    def value(self, f: Field) -> Column:
+        """Leaf ``f``'s typed value on a fast row."""
+        ...
 
 
 def schema_id(contract: Contract) -> list[Column]:

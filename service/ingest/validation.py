@@ -105,7 +105,10 @@ def first_violation(violations: Iterable[Violation]) -> Column:
 
 
 def with_parsed_payload(
-    records: DataFrame, max_payload_bytes: int, framing: Framing = "none"
+    records: DataFrame,
+    max_payload_bytes: int,
+    framing: Framing = "none",
+    skip: Column | None = None,
 ) -> DataFrame:
     """Add ``_json`` when the payload's text is one well-formed JSON document, and ``_object``.
 
@@ -115,7 +118,8 @@ def with_parsed_payload(
     exactly one document (a value cannot contain its own digest by accident).
     ``_json`` is that array (the document is its element `PAYLOAD`: reading fields
     through it saves re-encoding every object); ``_object`` is whether the document
-    is a JSON object. Oversized and non-UTF-8 values are never parsed.
+    is a JSON object. Oversized and non-UTF-8 values are never parsed, nor those where
+    ``skip`` holds (the typed fast path's rows: `service.ingest.fast_path`).
 
     The payload is the value, or with ``framing`` (`with_unframed_payload`) the JSON
     after a schema registry serializer's header.
@@ -124,6 +128,8 @@ def with_parsed_payload(
     value, text = F.col("value"), _payload_text(framing)
     # Null text: no value, or bytes that are not UTF-8.
     parseable = ~text.rlike(_BLANK) & (F.octet_length(value) <= max_payload_bytes)
+    if skip is not None:
+        parseable = parseable & ~skip
     # Separate projections keep each expensive expression evaluated once per row.
     staged = records.withColumn(
         "_text", F.when(parseable, F.regexp_replace(text, "^\ufeff", ""))
@@ -416,7 +422,7 @@ class JsonField:
             day = _iso_date(self.as_string())
             return day.isNotNull() & ~_day_in_years(day)
         instant = _iso_timestamp(self.as_string())
-        return instant.isNotNull() & ~_instant_in_years(instant)
+        return instant.isNotNull() & ~instant_in_years(instant)
 
     def as_string(self) -> Column:
         """The value when it is a JSON string."""
@@ -541,7 +547,7 @@ def _reading(parent: JsonField, reader: str) -> Column:
     iso = _iso_timestamp(parent.as_string())
     millis = parent.as_long()
     epoch = F.timestamp_millis(F.when(millis.between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS), millis))
-    return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
+    return F.coalesce(F.when(instant_in_years(iso), iso), epoch)
 
 
 def _iso_date(text: Column) -> Column:
@@ -655,9 +661,13 @@ def stage_fields(records: DataFrame, fields: Iterable[JsonField]) -> DataFrame:
 
 
 def with_error(
-    records: DataFrame, violations: Iterable[Violation], columns: Sequence[Column | str]
+    records: DataFrame,
+    violations: Iterable[Violation],
+    columns: Sequence[Column | str],
+    skip: Column | None = None,
 ) -> DataFrame:
-    """``columns`` of ``records`` with ``error_code`` and ``error_detail`` (null on valid rows).
+    """``columns`` of ``records`` with ``error_code`` and ``error_detail`` (null on valid rows
+    and, unchecked, where ``skip`` holds).
 
     The rules are evaluated in the projection of ``columns``, which holds the
     payload's `rescued_fields` (a lambda, evaluated row by row): Spark runs it as a
@@ -669,7 +679,10 @@ def with_error(
     optimizer cannot push a filter on it (`split_valid_invalid`) below it, which
     would inline every staged expression into the filter once per reference.
     """
-    checked = records.select(*columns, first_violation(violations).alias("_error"))
+    error = first_violation(violations)
+    if skip is not None:
+        error = F.when(~skip, error)
+    checked = records.select(*columns, error.alias("_error"))
     outcome = F.struct(
         F.col("_error.error_code").alias("error_code"),
         F.col("_error.error_detail").alias("error_detail"),
@@ -694,5 +707,5 @@ def _day_in_years(day: Column) -> Column:
     return day.between(F.lit(_MIN_DATE).cast("date"), F.lit(_MAX_DATE).cast("date"))
 
 
-def _instant_in_years(instant: Column) -> Column:
+def instant_in_years(instant: Column) -> Column:
     return F.unix_micros(instant).between(_MIN_MICROS, _MAX_MICROS)

@@ -32,7 +32,7 @@ _STDOUT, _STDERR = 1, 2
 # exit handler kills the JVM.
 _JVM_EXIT_SECONDS = 5.0
 
-# Jars the Spark side needs (deploy/jvm/spark/pom.xml); checked at start so a
+# Jars the Spark side needs (deploy/jvm/spark/pom.xml, and jvm/checker's); checked at start so a
 # missing `make jars` fails with a hint instead of a ClassNotFoundException later.
 REQUIRED_JAR_PREFIXES = (
     "delta-spark_",
@@ -43,6 +43,7 @@ REQUIRED_JAR_PREFIXES = (
     "commons-pool2-",
     "hadoop-aws-",
     "bundle-",
+    "lakehouse-ingest-checker-",
 )
 
 

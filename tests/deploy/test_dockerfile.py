@@ -86,6 +86,11 @@ def test_jars_are_resolved_from_the_same_manifest_and_flags_as_make_jars() -> No
     assert f"COPY --from=jars {output.group(1)} {output.group(1)}" in [
         f"COPY {rest}" for rest in arguments("COPY")
     ]
+    # The typed fast path's checker, built as `make jars` builds it, lands beside them.
+    assert "jvm/checker" in copies
+    for step in ("jvm/checker/pom.xml -Dmaven.test.skip=true package", "cp "):
+        assert step in mvn and step in makefile, step
+    assert f"jvm/checker/target/lakehouse-ingest-checker-1.jar {output.group(1)}/" in mvn
 
 
 def test_python_packages_are_installed_with_the_lock_as_constraints() -> None:
@@ -118,7 +123,17 @@ def test_writable_paths_are_only_tmp_and_the_scratch_directory() -> None:
     assert ["/var/lib/lakehouse-ingest"] == arguments("WORKDIR")[-1:]
 
 
-@pytest.mark.parametrize("source", ["pyproject.toml", "requirements.lock", "README.md", "service"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "pyproject.toml",
+        "requirements.lock",
+        "README.md",
+        "service",
+        "jvm/checker/pom.xml",
+        "jvm/checker/src",
+    ],
+)
 def test_the_build_context_allow_list_includes_what_the_image_copies(source: str) -> None:
     lines = (REPO / ".dockerignore").read_text().splitlines()
     assert "*" in lines, "the context is an allow-list"

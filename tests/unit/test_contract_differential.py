@@ -56,6 +56,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from service.contracts.model import Contract
 from service.ingest.bronze import to_records
+from service.ingest.fast_path import FAST, FastPath
 from service.ingest.modes import parse_records
 from service.ingest.validation import ERROR_CODES
 from service.lake.schemas import KAFKA_HEADERS
@@ -1608,3 +1609,28 @@ def test_documented_timestamp_forms_outside_rfc_3339_are_accepted_by_the_product
         n: (False, True, (None, instant(rfc)), (None, instant(rfc)))
         for n, (_, rfc) in LENIENT_TIMESTAMPS.items()
     } == actual
+
+
+def test_the_typed_fast_path_leaves_every_outcome_and_value_as_the_exact_checks(
+    spark: SparkSession, judged: dict[str, Judged]
+) -> None:
+    """The sensors corpus validated with the typed fast path and with the exact checks
+    alone: the same rows (verdict, code, detail and every typed value), and the fast path
+    decides most of the valid records. (users has a date bounded by today: no fast path.)"""
+    assert FastPath.of(judged["users"].contract) is None
+    sensors = judged["sensors"]
+    bronze = bronze_of(spark, sensors.contract, sensors.records).cache()
+    runs = [
+        parse_records(
+            sensors.contract, bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS, F.lit(TODAY), fast
+        ).cache()
+        for fast in (True, False)
+    ]
+    assert (0, 0) == (runs[0].exceptAll(runs[1]).count(), runs[1].exceptAll(runs[0]).count())
+    path = FastPath.of(sensors.contract)
+    assert path is not None
+    fast = path.mark(bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS).where(FAST).count()
+    valid = sum(outcome.code is None for outcome in sensors.outcomes)
+    assert valid / 2 < fast < valid, (fast, valid)
+    for frame in (*runs, bronze):
+        frame.unpersist()

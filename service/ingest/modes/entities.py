@@ -24,7 +24,7 @@ from pyspark.sql.types import StringType
 from service.config import Settings
 from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
-from service.ingest.rules import schema_id, typed_record
+from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import SCHEMA_ID_COLUMN, Violation, rescued_fields, shown
 from service.lake.merge import MergeClauses, merge_once
 from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
@@ -96,11 +96,12 @@ class Entities:
             ),
         ]
 
-    def record(self) -> Column:
-        """``is_tombstone``, the key, the rest of the typed payload, ``change_time`` (the
-        order field of an upsert, the arrival of a tombstone) and ``_rescued``."""
+    def record(self, fast: FastValues | None = None) -> Column:
+        """``is_tombstone``, the key, the rest of the typed payload (``fast``'s values on its
+        rows), ``change_time`` (the order field of an upsert, the arrival of a tombstone) and
+        ``_rescued``."""
         tombstone = self.tombstone()
-        columns = typed_record(self.contract)
+        columns = typed_record(self.contract, fast)
         key_value = (
             F.col("key_text").try_cast("bigint")
             if self._key_is_integer()

@@ -22,7 +22,7 @@ from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
 from service.ingest.modes.dedup import find_duplicates, without_duplicates
 from service.ingest.modes.recent_ids import RecentIds, Sighting
-from service.ingest.rules import schema_id, typed_record
+from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import Violation, rescued_fields
 from service.lake.delta import Commit
 from service.lake.live_files import LiveFiles, Window
@@ -51,10 +51,11 @@ class Events:
         """None: an event's key is not checked."""
         return []
 
-    def record(self) -> Column:
-        """The typed payload, the schema id of a framed contract and ``_rescued``."""
+    def record(self, fast: FastValues | None = None) -> Column:
+        """The typed payload (``fast``'s values on its rows), the schema id of a framed
+        contract and ``_rescued``."""
         return F.struct(
-            *typed_record(self.contract).values(),
+            *typed_record(self.contract, fast).values(),
             *schema_id(self.contract),
             rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
         )

@@ -1,0 +1,246 @@
+"""The typed fast path of validation: the valid majority typed by ``from_json``, the rest
+checked exactly.
+
+A record takes the fast path when a checker in the JVM (``lakehouse.ingest.FastCheck``,
+built from ``jvm/checker`` by ``make jars``) finds it certainly valid against every rule
+of the contract that does not depend on the time, and Spark's ``from_json`` reads the same
+typed values the exact validation reads (`FastCheck`'s comment lists what it leaves to the
+exact checks: duplicate keys, unknown keys, numbers whose reading could differ, ...), and
+its date-time fields name instants within years 1-9999 not too far in the future. Such a
+record has no error, and its typed record comes from ``from_json`` (date-times read as
+text, then as the exact validation reads them); every other record goes through the
+VARIANT validation (`service.ingest.validation`), which decides its verdict, error code and
+detail. `FastPath.of` is None for a contract whose features the checker does not know
+(arrays, maps, free-form objects, dates, framing, conditions on nested fields): all of its
+records are checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from service.contracts.model import Branch, Contract, Field
+from service.ingest.rules import java_pattern
+from service.ingest.validation import instant_in_years
+
+CHECKER_CLASS = "lakehouse.ingest.FastCheck"
+# Whether a row took the fast path; its typed payload (`FastPath.mark`).
+FAST = "_fast"
+_TYPED = "_fast_typed"
+_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
+_VALUE_KEYWORDS = {
+    "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "pattern", "format", "x-lakehouse",
+} | _ANNOTATIONS  # fmt: skip
+_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# How `FastCheck` types a leaf's column ("text": a date-time's, read by `_instant`).
+_COLUMN_KINDS: Mapping[DataType, str] = {
+    StringType(): "string",
+    LongType(): "long",
+    DoubleType(): "double",
+    BooleanType(): "boolean",
+    TimestampType(): "text",
+}
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """A contract's fast path: the checker's spec and ``from_json``'s schema."""
+
+    contract: Contract
+    spec: str
+    schema: StructType
+    flag: str = FAST
+
+    @classmethod
+    def of(cls, contract: Contract) -> FastPath | None:
+        """The fast path of ``contract``, or None when the checker cannot decide its records."""
+        if contract.framing != "none" or not all(_supported(f) for f in contract.fields):
+            return None
+        conditionals = [_conditional(c.when.required, c.when.equals, c.then, c.otherwise)
+                        for c in contract.conditionals]  # fmt: skip
+        if any(c is None for c in conditionals):
+            return None
+        tops = [f for f in contract.fields if "." not in f.path]
+        root = {
+            "types": ["object"],
+            "required": [f.path for f in tops if f.required],
+            "properties": {f.path: _node(contract, f) for f in tops},
+            "columns": [f.path for f in tops],
+        }
+        spec = json.dumps({"root": root, "conditionals": conditionals}, sort_keys=True)
+        return cls(contract, spec, StructType([_column(contract, f) for f in tops]))
+
+    def mark(self, bronze: DataFrame, max_payload_bytes: int, skew: int | None) -> DataFrame:
+        """``bronze`` with `FAST` (never null) and the fast rows' typed payload."""
+        spark = bronze.sparkSession
+        name = f"lakehouse_fast_check_{self.contract.name}"
+        jvm = spark._jvm
+        assert jvm is not None
+        checker = getattr(jvm, CHECKER_CLASS)(self.spec)
+        schema = jvm.org.apache.spark.sql.types.DataType.fromJson(self.schema.json())
+        spark._jsparkSession.udf().register(name, checker, schema)
+        size_ok = F.octet_length("value") <= max_payload_bytes
+        typed = bronze.withColumn(
+            _TYPED, F.when(size_ok, F.call_function(name, F.col("value_text")))
+        )
+        instants = {f.column: _instant(self._text(f)) for f in self._date_times()}
+        staged = typed.withColumns({_instant_column(c): v for c, v in instants.items()})
+        fast = F.col(_TYPED).isNotNull()
+        for f in self._date_times():
+            text, instant = self._text(f), F.col(_instant_column(f.column))
+            fast = fast & (text.isNull() | instant.isNotNull())
+        event_time = self.contract.event_time
+        if event_time is not None and skew is not None:
+            instant = F.col(_instant_column(self.contract.field(event_time).column))
+            ahead = F.unix_micros(instant) - F.unix_micros(F.col("kafka_timestamp"))
+            fast = fast & ~F.coalesce(ahead > skew * 1_000_000, F.lit(False))
+        return staged.withColumn(FAST, fast)
+
+    def value(self, f: Field) -> Column:
+        """Leaf ``f``'s typed value on a fast row (`mark`)."""
+        if f.format == "date-time":
+            return F.col(_instant_column(f.column))
+        return self._text(f)
+
+    def _text(self, f: Field) -> Column:
+        value = F.col(_TYPED)
+        for part in f.path.split("."):
+            value = value.getField(part)
+        return value
+
+    def _date_times(self) -> list[Field]:
+        return [f for f in self.contract.leaves if f.format == "date-time"]
+
+
+def _instant_column(column: str) -> str:
+    return f"_fast_instant_{column}"
+
+
+def _instant(text: Column) -> Column:
+    """A date-time's text as the exact validation reads it (`validation._reading`): integer
+    epoch milliseconds, or an ISO-8601 string (zone-less: UTC) within years 1-9999.
+
+    `FastCheck` checked its form (the ISO-8601 pattern, or an integer within years 1-9999), so
+    simple tests tell the forms and the zone apart: the exact validation's regular
+    expressions and a failing ``try_cast`` cost half as much again as the rest of the fast
+    path's typing.
+    """
+    iso = F.substring(text, 5, 1) == "-"
+    tail = F.substring(text, 20, 20)
+    zoned = tail.contains("Z") | tail.contains("+") | tail.contains("-")
+    read = F.try_to_timestamp(F.when(zoned, text).otherwise(F.concat(text, F.lit("Z"))))
+    epoch = F.timestamp_millis(text.cast("bigint"))
+    return F.when(iso, F.when(instant_in_years(read), read)).otherwise(epoch)
+
+
+def _supported(f: Field) -> bool:
+    if f.others or f.is_array or f.is_map or f.is_free_form or f.format == "date":
+        return False
+    allowed = _OBJECT_KEYWORDS if f.is_object else _VALUE_KEYWORDS
+    return set(f.schema) <= allowed and _values_supported(f.schema)
+
+
+def _values_supported(schema: Mapping[str, Any]) -> bool:
+    values = list(schema.get("enum", [])) + ([schema["const"]] if "const" in schema else [])
+    return schema.get("format", "date-time") == "date-time" and all(
+        v is None or isinstance(v, str) for v in values
+    )
+
+
+def _node(contract: Contract, f: Field) -> dict[str, Any]:
+    if f.is_object:
+        nested = [p for p in contract.fields if p.path.rpartition(".")[0] == f.path]
+        names = [p.path.rpartition(".")[2] for p in nested]
+        return {
+            "types": list(f.types),
+            "required": [n for n, p in zip(names, nested, strict=True) if p.required],
+            "properties": {n: _node(contract, p) for n, p in zip(names, nested, strict=True)},
+            "column": "object",
+            "columns": names,
+        }
+    assert f.data_type is not None
+    return {**_value_node(f.schema), "column": _COLUMN_KINDS[f.data_type]}
+
+
+def _value_node(schema: Mapping[str, Any]) -> dict[str, Any]:
+    declared = schema.get("type", [])
+    node: dict[str, Any] = {"types": [declared] if isinstance(declared, str) else list(declared)}
+    node["date_time"] = schema.get("format") == "date-time"
+    for keyword in ("minLength", "maxLength", *_NUMBER_KEYWORDS):
+        if keyword in schema:
+            node[keyword] = schema[keyword]
+    if "enum" in schema or "const" in schema:
+        node["one_of"] = list(schema["enum"]) if "enum" in schema else [schema["const"]]
+    if "pattern" in schema:
+        node["pattern"] = java_pattern(str(schema["pattern"]))
+    return node
+
+
+def _conditional(
+    required: tuple[str, ...],
+    equals: Mapping[str, tuple[Any, ...]],
+    then: Branch | None,
+    otherwise: Branch | None,
+) -> dict[str, Any] | None:
+    names = [*required, *equals]
+    values = [v for vs in equals.values() for v in vs]
+    if any("." in n for n in names) or not all(v is None or isinstance(v, str) for v in values):
+        return None
+    if not all(_branch_supported(b) for b in (then, otherwise) if b is not None):
+        return None
+    return {
+        "required": list(required),
+        "equals": {k: list(v) for k, v in equals.items()},
+        "then": _branch(then),
+        "otherwise": _branch(otherwise),
+    }
+
+
+def _branch_supported(branch: Branch) -> bool:
+    names = [*branch.required, *branch.properties]
+    schemas = branch.properties.values()
+    return not any("." in n for n in names) and all(
+        set(s) <= _VALUE_KEYWORDS and _values_supported(s) for s in schemas
+    )
+
+
+def _branch(branch: Branch | None) -> dict[str, Any] | None:
+    if branch is None:
+        return None
+    return {
+        "required": list(branch.required),
+        "properties": {k: _value_node(s) for k, s in branch.properties.items()},
+    }
+
+
+def _column(contract: Contract, f: Field) -> StructField:
+    """``from_json``'s column of top-level (or nested) field ``f``: a nested object a struct,
+    a date-time its text."""
+    data_type: DataType
+    if f.is_object:
+        nested = [p for p in contract.fields if p.path.rpartition(".")[0] == f.path]
+        data_type = StructType([_column(contract, p) for p in nested])
+    elif f.format == "date-time":
+        data_type = StringType()
+    else:
+        assert f.data_type is not None
+        data_type = f.data_type
+    return StructField(f.path.rpartition(".")[2], data_type)
