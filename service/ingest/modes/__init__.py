@@ -69,7 +69,7 @@ def parse_records(
     today = today if today is not None else F.current_date()
     path = FastPath.of(contract) if fast else None
     marked = path.mark(bronze, max_payload_bytes, skew) if path is not None else bronze
-    skip = F.col(FAST) if path is not None else F.lit(False)
+    skip = F.col(FAST) if path is not None else None
     staged = stage_fields(
         with_parsed_payload(marked, max_payload_bytes, contract.framing, skip),
         json_fields(contract).values(),
