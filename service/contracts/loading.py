@@ -45,17 +45,17 @@ SHIPPED_DIR = Path(__file__).resolve().parent
 # The shipped contracts come first, in this order (then the others by name).
 SHIPPED_ORDER = ("users", "sensors")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
-_VALUE_KEYWORDS = {
+ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
+VALUE_KEYWORDS = {
     "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minLength", "maxLength", "pattern", "format", "x-lakehouse",
 }  # fmt: skip
-_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
-_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"}
+OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"}
 _ARRAY_KEYWORDS = {"type", "items", "minItems", "maxItems", "uniqueItems"}
 _MAP_KEYWORDS = {"type", "additionalProperties", "minProperties", "maxProperties"}
-_ROOT_KEYWORDS = _OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired", "x-lakehouse"}
+_ROOT_KEYWORDS = OBJECT_KEYWORDS | {"$schema", "$id", "allOf", "dependentRequired", "x-lakehouse"}
 _FORMATS = ("date", "date-time")
 _TYPES = ("null", "boolean", "integer", "number", "string", "object", "array")
 _EXTENSION_KEYS = {
@@ -73,7 +73,7 @@ _ITEM_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_SECONDS = 9_223_372_036_854
 _SECONDS = {"type": "integer", "minimum": 0, "maximum": _MAX_SECONDS}
 _NAME = {"type": "string", "minLength": 1}
-_ANNOTATION_SCHEMAS: dict[str, Any] = {key: {} for key in _ANNOTATIONS}
+_ANNOTATION_SCHEMAS: dict[str, Any] = {key: {} for key in ANNOTATIONS}
 # The value types and ranges of the extension block's keys (its names and fields are
 # checked against the document after).
 _EXTENSION = Draft202012Validator(
@@ -343,7 +343,7 @@ def resolve_definitions(source: str, document: Mapping[str, Any]) -> Mapping[str
                        " lists")  # fmt: skip
         merged = dict(body)
         for key, value in node.items():
-            if key in merged and merged[key] != value and key not in _ANNOTATIONS:
+            if key in merged and merged[key] != value and key not in ANNOTATIONS:
                 why = f"{key!r} is set here and, to another value, in the definition {target}"
                 raise _bad(source, _pointer(pointer, [key]), f"{why}: say it in one place")
             merged[key] = value
@@ -384,7 +384,7 @@ def type_unions(document: Mapping[str, Any]) -> Mapping[str, Any]:
         for alternative in alternatives:
             if not isinstance(alternative, dict) or not isinstance(alternative.get("type"), str):
                 return None
-            if set(alternative) - {"type"} - _ANNOTATIONS:
+            if set(alternative) - {"type"} - ANNOTATIONS:
                 return None
             kinds.append(alternative["type"])
         if exclusive and (len(set(kinds)) < len(kinds) or {"integer", "number"} <= set(kinds)):
@@ -479,7 +479,7 @@ _UNSUPPORTED_WHY = {
 def _check_keywords(source: str, schema: Any, pointer: str, allowed: set[str]) -> None:
     _check_schema_object(source, schema, pointer)
     for keyword in schema:
-        if keyword not in allowed and keyword not in _ANNOTATIONS:
+        if keyword not in allowed and keyword not in ANNOTATIONS:
             why = _UNSUPPORTED_WHY.get(keyword, "")
             raise _unsupported(source, f"{pointer}/{keyword}", keyword, why)
 
@@ -543,7 +543,7 @@ def _check_object(source: str, schema: Mapping[str, Any], pointer: str) -> None:
                 raise _bad(source, f"{at}/x-lakehouse", "a nested object has no x-lakehouse"
                            " block: its columns' prefix is the contract's x-lakehouse.flatten,"
                            " its fields' annotations go on each field")  # fmt: skip
-            _check_keywords(source, prop, at, _OBJECT_KEYWORDS)
+            _check_keywords(source, prop, at, OBJECT_KEYWORDS)
             _check_object(source, prop, at)
             continue
         if "array" in kinds:
@@ -571,7 +571,7 @@ def _check_item_object(
     if "x-lakehouse" in item:
         raise _bad(source, f"{pointer}/x-lakehouse", "an array's objects have no x-lakehouse"
                    " block: their properties' annotations go on each property")  # fmt: skip
-    _check_keywords(source, item, pointer, _OBJECT_KEYWORDS)
+    _check_keywords(source, item, pointer, OBJECT_KEYWORDS)
     if isinstance(item.get("additionalProperties"), dict):
         raise _unsupported(source, f"{pointer}/additionalProperties", "additionalProperties",
                            "an array's objects take true or false, not a schema")  # fmt: skip
@@ -676,7 +676,7 @@ def _check_members(
 def _check_value(
     source: str, schema: Mapping[str, Any], pointer: str, kinds: list[str], in_branch: bool
 ) -> None:
-    _check_keywords(source, schema, pointer, _VALUE_KEYWORDS)
+    _check_keywords(source, schema, pointer, VALUE_KEYWORDS)
     fmt = schema.get("format")
     if fmt is not None:
         if fmt not in _FORMATS:
@@ -693,7 +693,7 @@ def _check_value(
     if set(scalar) == {"string", "integer"} and fmt != "date-time":
         raise _bad(source, f"{pointer}/type", 'string or integer only as "format": "date-time"')
     shown = " or ".join(scalar) + (f' ("format": "{fmt}")' if fmt else "")
-    for keyword in _NUMBER_KEYWORDS:
+    for keyword in NUMBER_KEYWORDS:
         # The engine bounds numbers without a format (as JSON Schema, it leaves other
         # values alone): elsewhere the bound would never be checked.
         if keyword in schema and (fmt is not None or not {"integer", "number"} & set(scalar)):

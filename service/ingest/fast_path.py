@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from service.contracts.loading import ANNOTATIONS, NUMBER_KEYWORDS, OBJECT_KEYWORDS, VALUE_KEYWORDS
 from service.contracts.model import Branch, Contract, Field
 from service.ingest.rules import java_pattern
 from service.ingest.validation import instant_in_years
@@ -43,13 +44,9 @@ CHECKER_CLASS = "lakehouse.ingest.FastCheck"
 # Whether a row took the fast path; its typed payload (`FastPath.mark`).
 FAST = "_fast"
 _TYPED = "_fast_typed"
-_ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "deprecated"}
-_VALUE_KEYWORDS = {
-    "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "minLength", "maxLength", "pattern", "format", "x-lakehouse",
-} | _ANNOTATIONS  # fmt: skip
-_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS
-_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# What the checker decides: a value's keywords and annotations; an object's.
+_VALUE_KEYWORDS = VALUE_KEYWORDS | ANNOTATIONS
+_OBJECT_KEYWORDS = OBJECT_KEYWORDS | ANNOTATIONS
 # How `FastCheck` types a leaf's column ("text": a date-time's, read by `_instant`).
 _COLUMN_KINDS: Mapping[DataType, str] = {
     StringType(): "string",
@@ -184,7 +181,7 @@ def _value_node(schema: Mapping[str, Any]) -> dict[str, Any]:
     declared = schema.get("type", [])
     node: dict[str, Any] = {"types": [declared] if isinstance(declared, str) else list(declared)}
     node["date_time"] = schema.get("format") == "date-time"
-    for keyword in ("minLength", "maxLength", *_NUMBER_KEYWORDS):
+    for keyword in ("minLength", "maxLength", *NUMBER_KEYWORDS):
         if keyword in schema:
             node[keyword] = schema[keyword]
     if "enum" in schema or "const" in schema:
