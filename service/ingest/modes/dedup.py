@@ -10,10 +10,12 @@ after a crash), never its duplicate, so replays classify every record the same w
 The search runs on the key columns only (event id, Kafka coordinates): its
 shuffles move a few dozen bytes a reading, not whole readings, and the readings
 themselves are filtered only when the batch has duplicates at all. It first
-narrows the readings to the event ids seen at two Kafka coordinates or more
-(`duplicate_candidates`, one hash aggregation); the windows and the join that
-decide which of them repeat what run on those few rows only, and not at all when
-there are none (the usual batch): the search then ends after that one aggregation.
+narrows the readings to the event ids whose 64-bit hash is seen at two Kafka
+coordinates or more (`duplicate_candidates`, one hash aggregation on a number, not
+on the id's text; a collision only adds a candidate); the windows and the join
+that decide, on the ids themselves, which of them repeat what run on those few
+rows only, and not at all when there are none (the usual batch): the search then
+ends after that one aggregation.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from service.lake.local_rows import local_frame
 
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
+# The event id's 64-bit hash, which the candidates are found by.
+ID_HASH = "_event_id_hash"
 # Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
 BROADCAST_IDS = 1_000_000
 # Candidate ids a driver collects and hands back as a local relation at most; more are
@@ -42,23 +46,23 @@ def find_duplicates(
     schema: StructType,
 ) -> DataFrame | None:
     """The duplicates table's rows (``schema``) of ``readings``: each repeat, what it repeats;
-    None when no id of ``readings`` is at two Kafka coordinates (no repeat can exist).
+    None when no id's hash of ``readings`` is at two Kafka coordinates (no repeat can exist).
 
     ``recent_silver`` is the contract's silver table, ideally pruned to the arrival
     window ``[min arrival - horizon, max arrival]`` of ``readings``. A repeat names the
     earliest silver event it matches, else the previous one in the batch. ``rows`` is
     the number of ``readings``: up to `BROADCAST_IDS` the batch's ids are broadcast
-    (neither silver nor the batch is shuffled) and the candidate ids are collected first
-    (one Spark job; None when there are none); beyond it (a large replay), Spark plans
+    (neither silver nor the batch is shuffled) and the candidates' hashes are collected
+    first (one Spark job; None when there are none); beyond it (a large replay), Spark plans
     the joins by its own estimates. ``id_column`` is renamed ``event_id`` while searching.
     """
-    readings = readings.withColumnRenamed(id_column, "event_id")
-    recent_silver = recent_silver.withColumnRenamed(id_column, "event_id")
-    # Silver's rows that share an id with the batch, then the ids at two coordinates.
+    readings = with_id_hash(readings.withColumnRenamed(id_column, "event_id"))
+    recent_silver = with_id_hash(recent_silver.withColumnRenamed(id_column, "event_id"))
+    # Silver's rows whose id's hash the batch has, then the hashes at two coordinates.
     share = rows <= BROADCAST_IDS
-    batch_ids = readings.select("event_id")
+    batch_ids = readings.select(ID_HASH)
     recent_silver = recent_silver.join(
-        F.broadcast(batch_ids) if share else batch_ids, "event_id", "left_semi"
+        F.broadcast(batch_ids) if share else batch_ids, ID_HASH, "left_semi"
     )
     candidates = duplicate_candidates(readings, recent_silver)
     if share:
@@ -68,8 +72,8 @@ def find_duplicates(
         if len(ids) <= LOCAL_IDS:
             candidates = local_frame(readings.sparkSession, ids, candidates.schema)
         candidates = F.broadcast(candidates)
-    readings = readings.join(candidates, "event_id", "left_semi")
-    recent_silver = recent_silver.join(candidates, "event_id", "left_semi")
+    readings = readings.join(candidates, ID_HASH, "left_semi")
+    recent_silver = recent_silver.join(candidates, ID_HASH, "left_semi")
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")
     earlier_in_batch = Window.partitionBy("event_id").orderBy(*_ORDER)
     horizon = F.expr(f"INTERVAL {int(horizon_seconds)} SECONDS")
@@ -120,26 +124,32 @@ def find_duplicates(
     )
 
 
-def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:
-    """The ``event_id``s of ``readings`` that ``readings`` and ``recent_silver`` together
-    hold at two Kafka coordinates or more: every id `find_duplicates` can report, and
-    those of repeats beyond the horizon. One hash aggregation, no sort; usually empty.
+def with_id_hash(rows: DataFrame) -> DataFrame:
+    """``rows`` with `ID_HASH`, the 64-bit hash of their ``event_id``."""
+    return rows.withColumn(ID_HASH, F.xxhash64("event_id"))
 
-    An id's coordinates are not all one exactly when its partitions' or its offsets' least
-    and greatest differ: the aggregation keeps four numbers and a flag per id, which
-    Spark's hash aggregation holds in place (the least and greatest *pair*, a struct, made
-    it sort every row of the batch and the horizon by id, twice).
+
+def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:
+    """The `ID_HASH`es of ``readings`` that ``readings`` and ``recent_silver`` (both
+    `with_id_hash`) together hold at two Kafka coordinates or more: the hash of every id
+    `find_duplicates` can report, of those of repeats beyond the horizon, and of ids
+    that share a hash. One hash aggregation on a 64-bit key, no sort; usually empty.
+
+    A hash's coordinates are not all one exactly when its partitions' or its offsets'
+    least and greatest differ: the aggregation keeps four numbers and a flag per hash,
+    which Spark's hash aggregation holds in place (the least and greatest *pair*, a
+    struct, made it sort every row of the batch and the horizon by id, twice).
     """
-    columns = ["event_id", *_COORDINATES]
+    columns = [ID_HASH, *_COORDINATES]
     rows = readings.select(*columns, F.lit(True).alias("_batch")).unionByName(
         recent_silver.select(*columns, F.lit(False).alias("_batch"))
     )
     spread = [F.min(c) != F.max(c) for c in _COORDINATES]
     return (
-        rows.groupBy("event_id")
+        rows.groupBy(ID_HASH)
         .agg(F.max("_batch").alias("_in"), (spread[0] | spread[1]).alias("_spread"))
         .where(F.col("_in") & F.col("_spread"))
-        .select("event_id")
+        .select(ID_HASH)
     )
 
 

@@ -6,15 +6,17 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.ingest.batch import summarize
 from service.ingest.modes import dedup
 from service.ingest.modes.dedup import (
     BROADCAST_IDS,
+    ID_HASH,
     duplicate_candidates,
     find_duplicates,
+    with_id_hash,
     without_duplicates,
 )
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
@@ -24,16 +26,31 @@ T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
 
 
+def candidate_ids(batch: DataFrame, silver: DataFrame) -> list[str]:
+    """The batch's ids whose hash `duplicate_candidates` names (by `dedup.with_id_hash`)."""
+    hashes = duplicate_candidates(dedup.with_id_hash(batch), dedup.with_id_hash(silver))
+    named = dedup.with_id_hash(batch).join(hashes, ID_HASH, "left_semi")
+    return sorted({r.event_id for r in named.collect()})
+
+
 @pytest.mark.parametrize(
-    ("rows", "local_ids"),
-    [(6, 10), (6, 2), (BROADCAST_IDS + 1, 10)],
-    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark"],
+    ("rows", "local_ids", "collide"),
+    [(6, 10, False), (6, 2, False), (BROADCAST_IDS + 1, 10, False), (6, 10, True)],
+    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark", "one-hash"],
 )
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
-    spark: SparkSession, rows: int, local_ids: int, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    rows: int,
+    local_ids: int,
+    collide: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Three candidate ids below: collected and handed back, or more than LOCAL_IDS.
+    # Three candidates below: collected and handed back, or more than LOCAL_IDS.
     monkeypatch.setattr(dedup, "LOCAL_IDS", local_ids)
+    if collide:
+        # Every id with one hash: every reading a candidate, and the same verdicts.
+        one_hash = F.lit(7).cast("long")
+        monkeypatch.setattr(dedup, "with_id_hash", lambda r: r.withColumn(ID_HASH, one_hash))
     silver = readings(
         spark,
         [
@@ -63,8 +80,8 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
         for r in duplicates.collect()
     )  # fmt: skip
     # The ids the search narrows to: at two coordinates, whatever the horizon.
-    candidates = duplicate_candidates(batch, silver)
-    assert ["old", "seen", "twice"] == sorted(r.event_id for r in candidates.collect())
+    expected = ["new", "old", "replayed", "seen", "twice"] if collide else ["old", "seen", "twice"]
+    assert expected == candidate_ids(batch, silver)
     assert SILVER_SENSOR_READINGS.fieldNames() == fresh.columns
     assert [(f.name, f.dataType) for f in SENSOR_DUPLICATES.fields] == [
         (f.name, f.dataType) for f in duplicates.schema.fields
@@ -93,9 +110,9 @@ def test_an_id_is_a_candidate_when_its_partitions_or_its_offsets_differ(
             ("silver-only", 1, 1, T0),
         ],
     )
-    candidates = duplicate_candidates(batch, silver)
-    assert ["offsets", "partitions", "silver"] == sorted(r.event_id for r in candidates.collect())
+    assert ["offsets", "partitions", "silver"] == candidate_ids(batch, silver)
     # A hash aggregation: no sort of the batch and the horizon by id.
+    candidates = duplicate_candidates(with_id_hash(batch), with_id_hash(silver))
     plan = candidates._jdf.queryExecution().executedPlan().toString()
     assert ("HashAggregate" in plan, "SortAggregate" in plan) == (True, False), plan
 
