@@ -168,16 +168,21 @@ def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:
     classpath (`local_mode_classpath`). On a cluster without ``spark_executor_jars_dir``
     the driver serves its jars to every executor; with it, ``local:`` URIs name the same
     jars at that path on every host (baked into the image, or a worker's cache), so a new
-    executor does not first download the ~560 MB AWS SDK bundle from the driver. Never
-    extraClassPath: that would put the bundle's unshaded netty and slf4j 1.x ahead of
-    Spark's.
+    executor does not first download the ~560 MB AWS SDK bundle from the driver. Each
+    executor still copies them into its working directory, and without Spark's fetch
+    cache only there (with it, once more into its local directory: a second ~680 MB per
+    executor, for a copy from the same disk). Never extraClassPath: that would put the
+    bundle's unshaded netty and slf4j 1.x ahead of Spark's.
     """
     if _is_local(settings.spark_master):
         return {}
     if settings.spark_executor_jars_dir is None:
         return {"spark.jars": ",".join(jars)}
     directory = settings.spark_executor_jars_dir.rstrip("/")
-    return {"spark.jars": ",".join(f"local:{directory}/{Path(jar).name}" for jar in jars)}
+    return {
+        "spark.jars": ",".join(f"local:{directory}/{Path(jar).name}" for jar in jars),
+        "spark.files.useFetchCache": "false",
+    }
 
 
 def local_mode_classpath(settings: Settings) -> list[str]:

@@ -41,10 +41,12 @@ def test_executor_jars_dir_names_the_same_jars_as_local_uris_on_every_host(
     assert sorted(str(p) for p in jars_dir.glob("*.jar")) == shipped  # served by the driver
     assert [] == local_mode_classpath(load_settings())
     monkeypatch.setenv("INGEST_SPARK_EXECUTOR_JARS_DIR", "/opt/lakehouse-ingest/jars/")
-    jars = spark_conf(load_settings())["spark.jars"].split(",")
+    conf = spark_conf(load_settings())
     expected = sorted(f"local:/opt/lakehouse-ingest/jars/{p.name}" for p in jars_dir.glob("*.jar"))
-    assert expected == jars
-    assert "spark.executor.extraClassPath" not in spark_conf(load_settings())
+    assert expected == conf["spark.jars"].split(",")
+    assert "spark.executor.extraClassPath" not in conf
+    # Each executor copies them once, into its working directory, not also into a cache.
+    assert "false" == conf["spark.files.useFetchCache"]
 
 
 def test_cluster_settings_map_to_spark_properties(

@@ -275,4 +275,7 @@ def test_standalone_cluster_run_survives_a_worker_kill_with_bronze_exactly_once(
         stderr = (work_dir / app_id / str(executor_id) / "stderr").read_text(errors="replace")
         assert "Successfully registered with driver" in stderr
         assert "Running task" in stderr, stderr[-2000:]
+        # The jars are copied once per executor, into its directory, not also into a cache
+        # in the worker's local directory (~680 MB each).
+        assert [] == [p.name for p in (work_dir / "scratch").rglob("*.jar")]
     assert_bronze_exactly_once(spark, lake)
