@@ -30,7 +30,8 @@ _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
 # The event id's 64-bit hash, which the candidates are found by.
 ID_HASH = "_event_id_hash"
-# Event ids a driver broadcasts for one search at most (~100 MB as a hash relation).
+# Event ids (their hashes) a driver broadcasts for one search at most (a hash relation of
+# a million 64-bit keys: tens of MB).
 BROADCAST_IDS = 1_000_000
 # Candidate ids a driver collects and hands back as a local relation at most; more are
 # computed again within the search's plan.
