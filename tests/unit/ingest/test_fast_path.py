@@ -13,7 +13,7 @@ from service.contracts.model import Contract
 from service.ingest.fast_path import FAST, FastPath
 from service.ingest.modes import parse_records
 from tests.support.contracts import DRAFT, changed, orders, shipped
-from tests.support.records import bronze_frame
+from tests.support.records import HEX, bronze_frame
 
 MAX_PAYLOAD_BYTES = 4096
 SKEW = 300
@@ -144,6 +144,10 @@ CASES: list[tuple[str, bool]] = [
     (edited(id='""'), False),
     (edited(id='"123456789"'), False),
     ("\ufeff" + BASE, False),
+    # UTF-16 (valid UTF-8 holding NULs) and invalid UTF-8: the exact checks decide.
+    (HEX + BASE.encode("utf-16-le").hex(), False),
+    (HEX + BASE.encode("utf-16-be").hex(), False),
+    (HEX + BASE.encode().replace(b"x1", b"x\xc3").hex(), False),
     (BASE + " {}", False),
     (BASE + " \n", True),
     ("[]", False),
