@@ -20,7 +20,7 @@ ends after that one aggregation.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -125,9 +125,16 @@ def find_duplicates(
     )
 
 
+def id_hash(column: str) -> Column:
+    """The 64-bit hash of the event id in ``column``: what dedup's candidates and the
+    recent ids (`service.ingest.modes.recent_ids`) are found by; computed by Spark, so
+    no id leaves the JVM."""
+    return F.xxhash64(column)
+
+
 def with_id_hash(rows: DataFrame) -> DataFrame:
-    """``rows`` with `ID_HASH`, the 64-bit hash of their ``event_id``."""
-    return rows.withColumn(ID_HASH, F.xxhash64("event_id"))
+    """``rows`` with `ID_HASH`, the `id_hash` of their ``event_id``."""
+    return rows.withColumn(ID_HASH, id_hash("event_id"))
 
 
 def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataFrame:

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from service.ingest.batch import utc_from_micros
+from service.ingest.modes.dedup import id_hash
 from service.lake.delta import Commit
 from service.lake.live_files import LiveFiles, Window
 
@@ -113,7 +114,7 @@ class RecentIds:
         if not self._current(spark, start - _SLACK):
             return Sighting(clear=False)
         self._expire(start - _SLACK)
-        ids = [r.id for r in readings.select(_hashed(self._id)).collect()]
+        ids = [r.id for r in readings.select(id_hash(self._id).alias("id")).collect()]
         batch = frozenset(ids)
         sharing = tuple(window for window, kept in self._kept if batch & kept)
         all_kept = start >= self._floor
@@ -150,7 +151,7 @@ class RecentIds:
         if now < self._retry_at:
             return False
         arrivals = self._silver.read(spark, floor, None).select(
-            _hashed(self._id), F.unix_micros(self._silver.column).alias("micros")
+            id_hash(self._id).alias("id"), F.unix_micros(self._silver.column).alias("micros")
         )
         loaded = arrivals.limit(self._most + 1).toArrow()
         if loaded.num_rows > self._most:
@@ -184,8 +185,3 @@ class RecentIds:
     def _drop(self) -> None:
         self._version, self._floor, self._size = None, _NEVER, 0
         self._kept.clear()
-
-
-def _hashed(column: str) -> Column:
-    """``column``'s 64-bit hash as ``id``: computed by Spark, so no string leaves the JVM."""
-    return F.xxhash64(column).alias("id")
