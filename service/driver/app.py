@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from service.background import Lifecycle, Resource
 from service.config import Settings
@@ -33,7 +33,13 @@ from service.driver.lake_audit import LakeAuditor
 from service.driver.metrics import IngestMetrics, MetricsListener
 from service.driver.running import Health, RunningQueries, wait
 from service.gold.queries import GoldQuery, GoldWriter, gold_queries, start_gold_query
-from service.ingest.query import IngestQuery, ingest_queries, ingest_stream, start_ingest_query
+from service.ingest.query import (
+    IngestQuery,
+    IngestStream,
+    ingest_queries,
+    ingest_stream,
+    start_ingest_query,
+)
 from service.ingest.writer import BatchOutcome, BatchWriter
 from service.kafka.admin import check_kafka_access, ensure_topics
 from service.kafka.lost_offsets import LostOffsets, check_lost_offsets, record_skipped
@@ -210,9 +216,9 @@ def _prepare_lake(
     skipped: list[LostOffsets],
     evolution: list[Evolution],
     available_now: bool,
-) -> dict[str, DataFrame]:
+) -> dict[str, IngestStream]:
     """Refuse a checkpoint/table disagreement, create the missing tables, record skipped
-    offsets and the alerts topic; return each ingest query's validated stream.
+    offsets and the alerts topic; return each ingest query's stream (`ingest_stream`).
 
     The streams are built while the tables are created: neither needs the other.
     """
@@ -265,7 +271,7 @@ def _start_queries(
     lease: DriverLease,
     metrics: IngestMetrics,
     running: RunningQueries,
-    streams: dict[str, DataFrame],
+    streams: dict[str, IngestStream],
     skipped: list[LostOffsets],
     checkpoints: Mapping[str, str],
     files: ObjectFiles,
@@ -296,6 +302,7 @@ def _start_queries(
         )
         writer = BatchWriter(
             spec,
+            streams[spec.name],
             settings,
             _record_batch(metrics),
             lease.fence,

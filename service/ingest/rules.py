@@ -684,15 +684,20 @@ def _unique_items(f: Field, field: JsonField) -> Violation:
     )
 
 
-def typed_record(contract: Contract, fast: FastValues | None = None) -> dict[str, Column]:
+def typed_record(
+    contract: Contract, fast: FastValues | None = None, only_fast: bool = False
+) -> dict[str, Column]:
     """The typed columns of a valid payload (null where invalid) by name, in document order;
-    on a row of the typed fast path (``fast``), its values."""
+    on a row of the typed fast path (``fast``), its values (``only_fast``: those alone)."""
     fields = json_fields(contract)
     columns = {}
     for f, column in zip(contract.leaves, contract.payload_columns(), strict=True):
-        value = staged_field(f, fields).as_type(column.dataType)
-        if fast is not None:
-            value = F.when(F.col(fast.flag), fast.value(f)).otherwise(value)
+        if fast is not None and only_fast:
+            value = fast.value(f)
+        else:
+            value = staged_field(f, fields).as_type(column.dataType)
+            if fast is not None:
+                value = F.when(F.col(fast.flag), fast.value(f)).otherwise(value)
         columns[column.name] = value.alias(column.name)
     return columns
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -32,9 +32,9 @@ from pyspark.sql import functions as F
 from service.config import Settings
 from service.ingest.batch import BatchSummary, SilverOutcome, summarize
 from service.ingest.bronze import TEXT_VIEWS, with_text_views
-from service.ingest.modes import mode_of
+from service.ingest.modes import DECIDED, OUTCOME, PENDING, mode_of
 from service.ingest.offset_gaps import edge_gaps, inner_gaps, to_offset_gaps
-from service.ingest.query import IngestQuery
+from service.ingest.query import IngestQuery, IngestStream
 from service.ingest.validation import split_valid_invalid, to_quarantine
 from service.lake.checkpoints import BatchRanges
 from service.lake.delta import Commit, append_once
@@ -65,6 +65,7 @@ class BatchWriter(QueryWriter):
     def __init__(
         self,
         query: IngestQuery,
+        stream: IngestStream,
         settings: Settings,
         on_batch: Callable[[str, BatchOutcome], None],
         fence: Callable[[], None],
@@ -74,6 +75,7 @@ class BatchWriter(QueryWriter):
     ) -> None:
         super().__init__(query.name, fence, maintenance)
         self.query = query
+        self.stream = stream
         self.settings = settings
         self.on_batch = on_batch
         self._ingest = ingest
@@ -96,17 +98,25 @@ class BatchWriter(QueryWriter):
             stamp = F.lit(datetime.now(UTC))
             start, end = self._ranges.of(batch_id)
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
-            parsed = in_one_task_if_small(rows, start, end).persist()
+            marked = in_one_task_if_small(rows, start, end).persist()
+            checked: DataFrame | None = None
             try:
                 with profile.phase("read_validate"):
-                    summary = summarize(parsed)
+                    summary = summarize(marked)
+                parsed = marked.drop(DECIDED)
+                if PENDING in summary.quarantined:
+                    with profile.phase("exact_checks"):
+                        parsed, checked, summary = self._check_exactly(marked, summary)
+                    parsed = in_one_task_if_small(parsed, start, end)
                 batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
                 gaps = _offset_gaps(parsed, summary, start, end, self.query, batch_writes)
                 outcome = self._write(parsed, summary, batch_writes, gaps)
             finally:
-                parsed.unpersist()
+                marked.unpersist()
+                if checked is not None:
+                    checked.unpersist()
             self.on_batch(self.query.name, outcome)
             profiled = profile.summary()
         # Logged once the batch is no longer in flight (its tables' due maintenance ran in
@@ -123,6 +133,22 @@ class BatchWriter(QueryWriter):
             offsets_without_record=outcome.offsets_without_record,
             **profiled,
         )
+
+    def _check_exactly(
+        self, marked: DataFrame, summary: BatchSummary
+    ) -> tuple[DataFrame, DataFrame, BatchSummary]:
+        """The batch's rows with the exact checks' outcome where the fast path left it
+        `PENDING`; those rows (cached: the caller unpersists them); the summary with their
+        rejects per code."""
+        assert self.stream.exact is not None  # only a fast path leaves rows pending
+        pending = with_text_views(marked.where(~F.col(DECIDED))).drop(DECIDED, *OUTCOME)
+        checked = self.stream.exact.apply(pending).drop(*TEXT_VIEWS).persist()
+        counts = checked.where(F.col("error_code").isNotNull()).groupBy("error_code").count()
+        quarantined = {k: v for k, v in summary.quarantined.items() if k != PENDING}
+        for row in counts.collect():
+            quarantined[row["error_code"]] = int(row["count"])
+        parsed = self.stream.validation.complete(marked, checked)
+        return parsed, checked, replace(summary, quarantined=quarantined)
 
     def _write(
         self, parsed: DataFrame, summary: BatchSummary, batch_writes: BatchWrites, gaps: OffsetGaps

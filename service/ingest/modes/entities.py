@@ -96,12 +96,13 @@ class Entities:
             ),
         ]
 
-    def record(self, fast: FastValues | None = None) -> Column:
+    def record(self, fast: FastValues | None = None, only_fast: bool = False) -> Column:
         """``is_tombstone``, the key, the rest of the typed payload (``fast``'s values on its
-        rows), ``change_time`` (the order field of an upsert, the arrival of a tombstone) and
+        rows; ``only_fast``: the record of such a row, which has no unknown field),
+        ``change_time`` (the order field of an upsert, the arrival of a tombstone) and
         ``_rescued``."""
         tombstone = self.tombstone()
-        columns = typed_record(self.contract, fast)
+        columns = typed_record(self.contract, fast, only_fast)
         key_value = (
             F.col("key_text").try_cast("bigint")
             if self._key_is_integer()
@@ -109,13 +110,18 @@ class Entities:
         )
         assert self.contract.order_by is not None
         order = columns[self.contract.order_by]
+        rescued = (
+            F.lit(None).cast("string")
+            if only_fast
+            else rescued_fields(F.col("_json"), self.contract.top_level)
+        )
         return F.struct(
             tombstone.alias("is_tombstone"),
             F.when(tombstone, key_value).otherwise(columns[self.key]).alias(self.key),
             *[c for name, c in columns.items() if name != self.key],
             *schema_id(self.contract),
             F.when(tombstone, F.col("kafka_timestamp")).otherwise(order).alias("change_time"),
-            rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
+            rescued.alias(RESCUED.name),
         )
 
     def profile(self) -> tuple[str, ...]:

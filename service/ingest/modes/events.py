@@ -51,13 +51,19 @@ class Events:
         """None: an event's key is not checked."""
         return []
 
-    def record(self, fast: FastValues | None = None) -> Column:
-        """The typed payload (``fast``'s values on its rows), the schema id of a framed
-        contract and ``_rescued``."""
+    def record(self, fast: FastValues | None = None, only_fast: bool = False) -> Column:
+        """The typed payload (``fast``'s values on its rows; ``only_fast``: the record of
+        such a row, which has no unknown field), the schema id of a framed contract and
+        ``_rescued``."""
+        rescued = (
+            F.lit(None).cast("string")
+            if only_fast
+            else rescued_fields(F.col("_json"), self.contract.top_level)
+        )
         return F.struct(
-            *typed_record(self.contract, fast).values(),
+            *typed_record(self.contract, fast, only_fast).values(),
             *schema_id(self.contract),
-            rescued_fields(F.col("_json"), self.contract.top_level).alias(RESCUED.name),
+            rescued.alias(RESCUED.name),
         )
 
     def to_silver(self, valid: DataFrame) -> DataFrame:

@@ -26,10 +26,11 @@ import org.apache.spark.sql.api.java.UDF1;
  * <p>A record only when the exact validation (Spark expressions over a VARIANT) would find
  * no error and read the same typed values: one JSON object, no duplicate keys, every key a
  * declared property, every value of a declared JSON type and within its rules, no number
- * whose reading could differ (beyond 64 bits, not finite, a zero written with a fraction,
- * more than 15 significant digits), no UTF-16 surrogate. Null sends the record to the
- * exact validation, which decides it. The record's columns are the spec's, in its order;
- * a date-time's is its text (an ISO-8601 string, or the epoch milliseconds as digits).
+ * whose reading could differ (beyond 64 bits, not finite, more than 15 significant digits;
+ * a zero written without an exponent reads as an unsigned zero, as there), no UTF-16
+ * surrogate. Null sends the record to the exact validation, which decides it. The
+ * record's columns are the spec's, in its order; a date-time's is its text (an ISO-8601
+ * string, or the epoch milliseconds as digits).
  */
 public final class FastCheck implements UDF1<String, Row> {
   private static final long serialVersionUID = 1L;
@@ -120,10 +121,12 @@ public final class FastCheck implements UDF1<String, Row> {
         return parser.getLongValue();
       case VALUE_NUMBER_FLOAT:
         double value = parser.getDoubleValue();
-        if (!Double.isFinite(value) || value == 0.0 || digits(parser.getText()) > MAX_DIGITS) {
+        String number = parser.getText();
+        if (!Double.isFinite(value) || digits(number) > MAX_DIGITS) {
           return NO_FAST_PATH;
         }
-        return value;
+        // A zero without an exponent is a decimal zero to the exact validation: unsigned.
+        return value == 0.0 && number.indexOf('e') < 0 && number.indexOf('E') < 0 ? 0.0 : value;
       case START_OBJECT:
         Object members = readObject(parser);
         return members == null ? NO_FAST_PATH : members;
