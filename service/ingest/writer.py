@@ -1,10 +1,11 @@
 """How an ingest query's micro-batch is written (`BatchWriter`, its ``foreachBatch``).
 
-Kafka is read once per topic by an ingest query (`service.ingest.query`). Validation
-is part of the streaming query itself (`IngestQuery.validate`): its plan is built and
-analysed once at start, not per micro-batch. The ``foreachBatch`` writer caches the
-validated rows, which carry the bronze columns (but the text views, recomputed
-where written) and the parsed payload, and from those same rows writes
+Kafka is read once per topic by an ingest query (`service.ingest.query`). The typed
+fast path is part of the streaming query itself (`Validation.mark`): the rows it decides
+arrive with their outcome, the others pending. The ``foreachBatch`` writer caches the
+marked rows, which carry the bronze columns (but the text views, recomputed where
+written) and the parsed payload, runs the exact checks on the pending rows alone (the
+recipe recorded at start, `IngestStream.exact`), and from those same rows writes
 bronze, quarantines, dedups and writes silver: the independent tables at once
 (`service.streaming.runner.run_together`), since most of a small Delta append is the
 driver's fixed cost, not the rows.

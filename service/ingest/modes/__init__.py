@@ -141,6 +141,8 @@ class Validation:
         """`mark`'s rows with their outcome, without `DECIDED`: the exact checks' where the fast
         path left it `PENDING` (``checked``: those rows checked already, with the bronze
         columns and `OUTCOME`; by default checked here, recording `exact` for them)."""
+        if self.path is None:
+            return marked.drop(DECIDED)
         columns = [c for c in marked.columns if c != DECIDED and c not in OUTCOME]
         if checked is None:
             pending = marked.where(~F.col(DECIDED)).select(*columns)
