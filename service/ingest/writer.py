@@ -4,11 +4,11 @@ Kafka is read once per topic by an ingest query (`service.ingest.query`). The ty
 fast path is part of the streaming query itself (`Validation.mark`): the rows it decides
 arrive with their outcome, the others pending. The ``foreachBatch`` writer caches the
 marked rows, which carry the bronze columns (but the text views, recomputed where
-written) and the parsed payload, runs the exact checks on the pending rows alone (the
-recipe recorded at start, `IngestStream.exact`), and from those same rows writes
-bronze, quarantines, dedups and writes silver: the independent tables at once
-(`service.streaming.runner.run_together`), since most of a small Delta append is the
-driver's fixed cost, not the rows.
+written) and the parsed payload, and from those same rows writes bronze, and beside it
+runs the exact checks on the pending rows alone (the recipe recorded at start,
+`IngestStream.exact`), then quarantines, dedups and writes silver: the independent
+tables at once (`service.streaming.runner.run_together`), since most of a small Delta
+append is the driver's fixed cost, not the rows.
 Every table write carries Delta's ``txnAppId``/``txnVersion`` = (query app id,
 batch id). If the driver dies anywhere inside a batch, the restart replays the
 same offsets under the same batch id: tables that already hold that batch skip
@@ -82,8 +82,8 @@ class BatchWriter(QueryWriter):
         self._ingest = ingest
         self._ranges = ranges
         self._bronze = contract_tables(query.contract).bronze
-        # A batch writes at most three tables at once, one of them from this thread,
-        # and the silver writes nest inside one of those.
+        # A batch writes bronze beside the rest (this thread): the quarantine (this
+        # thread) beside silver, whose own writes nest inside it.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
         self._silver = mode_of(query.contract).silver_writes(settings, live=True)
 
@@ -100,24 +100,16 @@ class BatchWriter(QueryWriter):
             start, end = self._ranges.of(batch_id)
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
-            checked: DataFrame | None = None
             try:
                 with profile.phase("read_validate"):
                     summary = summarize(marked)
-                parsed = marked.drop(DECIDED)
-                if PENDING in summary.quarantined:
-                    with profile.phase("exact_checks"):
-                        parsed, checked, summary = self._check_exactly(marked, summary)
-                    parsed = in_one_task_if_small(parsed, start, end)
                 batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
-                gaps = _offset_gaps(parsed, summary, start, end, self.query, batch_writes)
-                outcome = self._write(parsed, summary, batch_writes, gaps)
+                gaps = _offset_gaps(marked, summary, start, end, self.query, batch_writes)
+                outcome = self._write(marked, summary, batch_writes, gaps, (start, end))
             finally:
                 marked.unpersist()
-                if checked is not None:
-                    checked.unpersist()
             self.on_batch(self.query.name, outcome)
             profiled = profile.summary()
         # Logged once the batch is no longer in flight (its tables' due maintenance ran in
@@ -135,6 +127,61 @@ class BatchWriter(QueryWriter):
             **profiled,
         )
 
+    def _write(
+        self,
+        marked: DataFrame,
+        summary: BatchSummary,
+        batch_writes: BatchWrites,
+        gaps: OffsetGaps,
+        ranges: tuple[Mapping[int, int], Mapping[int, int]],
+    ) -> BatchOutcome:
+        """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
+        left pending, if any, then the quarantine and silver at once."""
+        silver = SilverOutcome()
+        checked: DataFrame | None = None
+
+        def checked_writes() -> None:
+            nonlocal summary, silver, checked
+            parsed = marked.drop(DECIDED)
+            if PENDING in summary.quarantined:
+                with batch_writes.phase("exact_checks"):
+                    parsed, checked, summary = self._check_exactly(marked, summary)
+                parsed = in_one_task_if_small(parsed, *ranges)
+            valid, invalid = split_valid_invalid(parsed)
+
+            def write_silver() -> None:
+                nonlocal silver
+                silver = self._silver.write(valid, summary, batch_writes)
+
+            writes: list[Callable[[], object]] = []
+            if summary.quarantined:
+                quarantine = to_quarantine(with_text_views(invalid), batch_writes.stamp)
+                writes.append(lambda: batch_writes.append(quarantine, QUARANTINE_TABLE))
+            if summary.valid:
+                writes.append(write_silver)
+            batch_writes.together(writes)
+
+        write_bronze = _bronze(marked, self._bronze, batch_writes, gaps)
+        try:
+            batch_writes.together([checked_writes, write_bronze])
+        finally:
+            if silver.duplicates is not None:
+                silver.duplicates.unpersist()
+            if checked is not None:
+                checked.unpersist()
+        return BatchOutcome(
+            rows_in=summary.rows_in,
+            quarantined=summary.quarantined,
+            duplicates=silver.duplicate_rows,
+            rows_written={
+                self._bronze.name: summary.rows_in,
+                QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
+                **(silver.rows or {t.name: 0 for t in self._silver.tables}),
+                OFFSET_GAPS_TABLE.name: gaps.ranges,
+            },
+            offsets_without_record=gaps.offsets,
+        )
+
     def _check_exactly(
         self, marked: DataFrame, summary: BatchSummary
     ) -> tuple[DataFrame, DataFrame, BatchSummary]:
@@ -150,38 +197,6 @@ class BatchWriter(QueryWriter):
             quarantined[row["error_code"]] = int(row["count"])
         parsed = self.stream.validation.complete(marked, checked)
         return parsed, checked, replace(summary, quarantined=quarantined)
-
-    def _write(
-        self, parsed: DataFrame, summary: BatchSummary, batch_writes: BatchWrites, gaps: OffsetGaps
-    ) -> BatchOutcome:
-        """Bronze (then its gaps), the quarantine and silver: the independent tables at once."""
-        valid, invalid = split_valid_invalid(parsed)
-        silver = SilverOutcome()
-
-        def write_silver() -> None:
-            nonlocal silver
-            silver = self._silver.write(valid, summary, batch_writes)
-
-        writes = _bronze_and_quarantine(parsed, invalid, summary, self._bronze, batch_writes, gaps)
-        if summary.valid:
-            writes.append(write_silver)
-        try:
-            batch_writes.together(writes)
-        finally:
-            if silver.duplicates is not None:
-                silver.duplicates.unpersist()
-        return BatchOutcome(
-            rows_in=summary.rows_in,
-            quarantined=summary.quarantined,
-            duplicates=silver.duplicate_rows,
-            rows_written={
-                self._bronze.name: summary.rows_in,
-                QUARANTINE_TABLE.name: sum(summary.quarantined.values()),
-                **(silver.rows or {t.name: 0 for t in self._silver.tables}),
-                OFFSET_GAPS_TABLE.name: gaps.ranges,
-            },
-            offsets_without_record=gaps.offsets,
-        )
 
 
 # A batch covering at most this many offsets is read, validated and written in one task
@@ -277,25 +292,20 @@ class BatchWrites:
             return append_once(files, uri, self.app_id, self.batch_id, committing=committing)
 
 
-def _bronze_and_quarantine(
-    parsed: DataFrame,
-    invalid: DataFrame,
-    summary: BatchSummary,
-    bronze_table: Table,
-    batch_writes: BatchWrites,
-    gaps: OffsetGaps,
-) -> list[Callable[[], object]]:
-    """The writes of bronze (every batch), then its offset gaps (when the batch has some),
-    and quarantine (when rows were rejected).
+def _bronze(
+    rows: DataFrame, bronze_table: Table, batch_writes: BatchWrites, gaps: OffsetGaps
+) -> Callable[[], object]:
+    """The write of bronze (every batch), then its offset gaps (when the batch has some).
 
     Bronze is the query's anchor table: it commits every batch, so its txn version
     proves which batches the tables hold (`service.lake.checkpoints`). The other tables
     commit only when they receive rows: an empty commit would cost a Delta
     transaction and prove nothing more. The gaps commit after bronze's: a replay of a
     compacted topic may read fewer records than the run that wrote bronze, and its
-    larger gaps then only also cover offsets bronze holds.
+    larger gaps then only also cover offsets bronze holds. Bronze needs no record's
+    outcome: it is written from the batch's rows as read.
     """
-    bronze = with_text_views(parsed).select(*BRONZE.fieldNames())
+    bronze = with_text_views(rows).select(*BRONZE.fieldNames())
 
     def write_bronze() -> None:
         batch_writes.append(bronze, bronze_table)
@@ -305,11 +315,7 @@ def _bronze_and_quarantine(
             finally:
                 gaps.rows.unpersist()
 
-    writes: list[Callable[[], object]] = [write_bronze]
-    if summary.quarantined:
-        quarantine = to_quarantine(with_text_views(invalid), batch_writes.stamp)
-        writes.append(lambda: batch_writes.append(quarantine, QUARANTINE_TABLE))
-    return writes
+    return write_bronze
 
 
 def _per_commit_files(rows: DataFrame, settings: Settings) -> DataFrame:
