@@ -140,13 +140,12 @@ class Validation:
     def complete(self, marked: DataFrame, checked: DataFrame | None = None) -> DataFrame:
         """`mark`'s rows with their outcome, without `DECIDED`: the exact checks' where the fast
         path left it `PENDING` (``checked``: those rows checked already, with the bronze
-        columns and `OUTCOME`; by default checked here, recording `exact` for them)."""
+        columns and `OUTCOME`, as the driver's `recipe` does; by default `exact` here)."""
         if self.path is None:
             return marked.drop(DECIDED)
         columns = [c for c in marked.columns if c != DECIDED and c not in OUTCOME]
         if checked is None:
-            pending = marked.where(~F.col(DECIDED)).select(*columns)
-            checked = self.recipe(pending.schema).apply(pending)
+            checked = self.exact(marked.where(~F.col(DECIDED)).select(*columns))
         record = checked.schema["record"].dataType
         decided = marked.where(F.col(DECIDED)).select(
             *columns, "error_code", "error_detail", F.col("record").cast(record).alias("record")

@@ -1,13 +1,18 @@
-"""A recipe replays the steps it recorded over a template on other rows, and refuses to
-record a step it could not replay."""
+"""A recipe replays the steps it recorded over a template on other rows, refuses to record
+a step it could not replay, and replays the exact checks as they are built."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
+from service.contracts.loading import parse_contract
+from service.ingest.modes import Validation
 from service.ingest.recipe import Recipe
+from service.lake.schemas import INGESTED_AT, KAFKA_RECORD
+from tests.support.contracts import orders, shipped
 
 
 def _steps(rows: DataFrame) -> DataFrame:
@@ -35,3 +40,20 @@ def test_a_step_the_recipe_cannot_replay_is_refused(spark: SparkSession) -> None
     template = spark.createDataFrame([], "n long")
     with pytest.raises(TypeError, match="where is not a step a recipe records"):
         Recipe(lambda rows: rows.withColumn("m", F.col("n")).where("n > 1"), template)
+
+
+@pytest.mark.parametrize("name", ["sensors", "users", "orders"])
+def test_the_recorded_exact_checks_rebuild_their_plan(spark: SparkSession, name: str) -> None:
+    """What the driver replays on a batch's pending rows is the exact checks' plan."""
+    document = orders() if name == "orders" else shipped(name)
+    contract = parse_contract(document, f"{name}.json", name, {})
+    validation = Validation.of(contract, 4096, 300)
+    template = spark.createDataFrame([], StructType([*KAFKA_RECORD.fields, INGESTED_AT]))
+
+    replayed = validation.recipe(template.schema).apply(template)
+
+    built = validation.exact(template)
+    assert replayed.schema == built.schema
+    assert (
+        replayed._jdf.queryExecution().analyzed().sameResult(built._jdf.queryExecution().analyzed())
+    )
