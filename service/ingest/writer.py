@@ -21,7 +21,7 @@ when the batch has rows for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -101,13 +101,16 @@ class BatchWriter(QueryWriter):
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
             try:
+                # The exact checks' plan for the batch's pending rows, built (py4j calls,
+                # no job) while the summary's job finds whether there are any.
+                exact = self._workers.submit(self._exact_checks, marked)
                 with profile.phase("read_validate"):
                     summary = summarize(marked)
                 batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
                 gaps = _offset_gaps(marked, summary, start, end, self.query, batch_writes)
-                outcome = self._write(marked, summary, batch_writes, gaps, (start, end))
+                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact)
             finally:
                 marked.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -134,6 +137,7 @@ class BatchWriter(QueryWriter):
         batch_writes: BatchWrites,
         gaps: OffsetGaps,
         ranges: tuple[Mapping[int, int], Mapping[int, int]],
+        exact: Future[DataFrame | None],
     ) -> BatchOutcome:
         """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
         left pending, if any, then the quarantine and silver at once."""
@@ -145,7 +149,7 @@ class BatchWriter(QueryWriter):
             parsed = marked.drop(DECIDED)
             if PENDING in summary.quarantined:
                 with batch_writes.phase("exact_checks"):
-                    parsed, checked, summary = self._check_exactly(marked, summary)
+                    parsed, checked, summary = self._check_exactly(marked, summary, exact)
                 parsed = in_one_task_if_small(parsed, *ranges)
             valid, invalid = split_valid_invalid(parsed)
 
@@ -182,15 +186,23 @@ class BatchWriter(QueryWriter):
             offsets_without_record=gaps.offsets,
         )
 
-    def _check_exactly(
-        self, marked: DataFrame, summary: BatchSummary
-    ) -> tuple[DataFrame, DataFrame, BatchSummary]:
-        """The batch's rows with the exact checks' outcome where the fast path left it
-        `PENDING`; those rows (cached: the caller unpersists them); the summary with their
-        rejects per code."""
-        assert self.stream.exact is not None  # only a fast path leaves rows pending
+    def _exact_checks(self, marked: DataFrame) -> DataFrame | None:
+        """The exact checks of ``marked``'s pending rows (not run), or None without a fast
+        path (none are pending)."""
+        if self.stream.exact is None:
+            return None
         pending = with_text_views(marked.where(~F.col(DECIDED))).drop(DECIDED, *OUTCOME)
-        checked = self.stream.exact.apply(pending).drop(*TEXT_VIEWS).persist()
+        return self.stream.exact.apply(pending).drop(*TEXT_VIEWS)
+
+    def _check_exactly(
+        self, marked: DataFrame, summary: BatchSummary, exact: Future[DataFrame | None]
+    ) -> tuple[DataFrame, DataFrame, BatchSummary]:
+        """The batch's rows with the exact checks' outcome (``exact``) where the fast path
+        left it `PENDING`; those rows (cached: the caller unpersists them); the summary
+        with their rejects per code."""
+        checks = exact.result()
+        assert checks is not None  # only a fast path leaves rows pending
+        checked = checks.persist()
         counts = checked.where(F.col("error_code").isNotNull()).groupBy("error_code").count()
         quarantined = {k: v for k, v in summary.quarantined.items() if k != PENDING}
         for row in counts.collect():
