@@ -64,7 +64,6 @@ class FastPath:
     contract: Contract
     spec: str
     schema: StructType
-    flag: str = FAST
 
     @classmethod
     def of(cls, contract: Contract) -> FastPath | None:

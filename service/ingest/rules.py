@@ -684,31 +684,22 @@ def _unique_items(f: Field, field: JsonField) -> Violation:
     )
 
 
-def typed_record(
-    contract: Contract, fast: FastValues | None = None, only_fast: bool = False
-) -> dict[str, Column]:
+def typed_record(contract: Contract, fast: FastValues | None = None) -> dict[str, Column]:
     """The typed columns of a valid payload (null where invalid) by name, in document order;
-    on a row of the typed fast path (``fast``), its values (``only_fast``: those alone)."""
+    with ``fast``, those of a row of the typed fast path: its values."""
     fields = json_fields(contract)
     columns = {}
     for f, column in zip(contract.leaves, contract.payload_columns(), strict=True):
-        if fast is not None and only_fast:
+        if fast is not None:
             value = fast.value(f)
         else:
             value = staged_field(f, fields).as_type(column.dataType)
-            if fast is not None:
-                value = F.when(F.col(fast.flag), fast.value(f)).otherwise(value)
         columns[column.name] = value.alias(column.name)
     return columns
 
 
 class FastValues(Protocol):
-    """The typed fast path's rows (where column ``flag`` holds) and each leaf's value there."""
-
-    @property
-    def flag(self) -> str:
-        """The column that holds on the fast path's rows."""
-        ...
+    """The typed fast path's value of each leaf on its rows."""
 
     def value(self, f: Field) -> Column:
         """Leaf ``f``'s typed value on a fast row."""

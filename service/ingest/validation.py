@@ -108,7 +108,6 @@ def with_parsed_payload(
     records: DataFrame,
     max_payload_bytes: int,
     framing: Framing = "none",
-    skip: Column | None = None,
 ) -> DataFrame:
     """Add ``_json`` when the payload's text is one well-formed JSON document, and ``_object``.
 
@@ -118,8 +117,7 @@ def with_parsed_payload(
     exactly one document (a value cannot contain its own digest by accident).
     ``_json`` is that array (the document is its element `PAYLOAD`: reading fields
     through it saves re-encoding every object); ``_object`` is whether the document
-    is a JSON object. Oversized and non-UTF-8 values are never parsed, nor those where
-    ``skip`` holds (the typed fast path's rows: `service.ingest.fast_path`).
+    is a JSON object. Oversized and non-UTF-8 values are never parsed.
 
     The payload is the value, or with ``framing`` (`with_unframed_payload`) the JSON
     after a schema registry serializer's header.
@@ -128,8 +126,6 @@ def with_parsed_payload(
     value, text = F.col("value"), _payload_text(framing)
     # Null text: no value, or bytes that are not UTF-8.
     parseable = ~text.rlike(_BLANK) & (F.octet_length(value) <= max_payload_bytes)
-    if skip is not None:
-        parseable = parseable & ~skip
     # Separate projections keep each expensive expression evaluated once per row.
     staged = records.withColumn(
         "_text", F.when(parseable, F.regexp_replace(text, "^\ufeff", ""))
@@ -664,10 +660,9 @@ def with_error(
     records: DataFrame,
     violations: Iterable[Violation],
     columns: Sequence[Column | str],
-    skip: Column | None = None,
 ) -> DataFrame:
-    """``columns`` of ``records`` with ``error_code`` and ``error_detail`` (null on valid rows
-    and, unchecked, where ``skip`` holds).
+    """``columns`` of ``records`` with ``error_code`` and ``error_detail`` (null on valid
+    rows).
 
     The rules are evaluated in the projection of ``columns``, which holds the
     payload's `rescued_fields` (a lambda, evaluated row by row): Spark runs it as a
@@ -679,10 +674,7 @@ def with_error(
     optimizer cannot push a filter on it (`split_valid_invalid`) below it, which
     would inline every staged expression into the filter once per reference.
     """
-    error = first_violation(violations)
-    if skip is not None:
-        error = F.when(~skip, error)
-    checked = records.select(*columns, error.alias("_error"))
+    checked = records.select(*columns, first_violation(violations).alias("_error"))
     outcome = F.struct(
         F.col("_error.error_code").alias("error_code"),
         F.col("_error.error_detail").alias("error_detail"),

@@ -108,7 +108,7 @@ class Validation:
             fast.alias(DECIDED),
             F.when(~fast, F.lit(PENDING)).alias("error_code"),
             F.lit(None).cast("string").alias("error_detail"),
-            F.when(fast, mode.record(self.path, only_fast=True)).alias("record"),
+            F.when(fast, mode.record(self.path)).alias("record"),
         )
 
     def exact(self, bronze: DataFrame) -> DataFrame:

@@ -96,13 +96,13 @@ class Entities:
             ),
         ]
 
-    def record(self, fast: FastValues | None = None, only_fast: bool = False) -> Column:
-        """``is_tombstone``, the key, the rest of the typed payload (``fast``'s values on its
-        rows; ``only_fast``: the record of such a row, which has no unknown field),
-        ``change_time`` (the order field of an upsert, the arrival of a tombstone) and
-        ``_rescued``."""
+    def record(self, fast: FastValues | None = None) -> Column:
+        """``is_tombstone``, the key, the rest of the typed payload, ``change_time`` (the
+        order field of an upsert, the arrival of a tombstone) and ``_rescued``; with
+        ``fast``, the record of a row of the typed fast path (its values; no unknown
+        field)."""
         tombstone = self.tombstone()
-        columns = typed_record(self.contract, fast, only_fast)
+        columns = typed_record(self.contract, fast)
         key_value = (
             F.col("key_text").try_cast("bigint")
             if self._key_is_integer()
@@ -112,7 +112,7 @@ class Entities:
         order = columns[self.contract.order_by]
         rescued = (
             F.lit(None).cast("string")
-            if only_fast
+            if fast is not None
             else rescued_fields(F.col("_json"), self.contract.top_level)
         )
         return F.struct(

@@ -51,17 +51,17 @@ class Events:
         """None: an event's key is not checked."""
         return []
 
-    def record(self, fast: FastValues | None = None, only_fast: bool = False) -> Column:
-        """The typed payload (``fast``'s values on its rows; ``only_fast``: the record of
-        such a row, which has no unknown field), the schema id of a framed contract and
-        ``_rescued``."""
+    def record(self, fast: FastValues | None = None) -> Column:
+        """The typed payload, the schema id of a framed contract and ``_rescued``; with
+        ``fast``, the record of a row of the typed fast path (its values; no unknown
+        field)."""
         rescued = (
             F.lit(None).cast("string")
-            if only_fast
+            if fast is not None
             else rescued_fields(F.col("_json"), self.contract.top_level)
         )
         return F.struct(
-            *typed_record(self.contract, fast, only_fast).values(),
+            *typed_record(self.contract, fast).values(),
             *schema_id(self.contract),
             rescued.alias(RESCUED.name),
         )
