@@ -348,7 +348,7 @@ class GoldSettings(BaseModel):
 
 
 class MaintenanceSettings(BaseModel):
-    """Compaction and VACUUM of the tables."""
+    """Compaction, VACUUM and Delta checkpoints of the tables."""
 
     # Table maintenance (service.lake.maintenance): every query compacts (OPTIMIZE) and
     # vacuums the tables it owns between its own batches, once per interval (0 = never).
@@ -360,6 +360,9 @@ class MaintenanceSettings(BaseModel):
     # Opt-in Delta auto-compaction in the driver, after a write leaves this many small
     # files in a table (or partition); unset, no auto-compaction.
     compact_min_files: int | None = Field(default=None, ge=2)
+    # Commits between two Delta checkpoints of a table, which the driver writes after
+    # the batches (service.lake.log_checkpoints); each table adds its own 0-4.
+    delta_checkpoint_commits: int = Field(default=10, ge=1)
 
 
 class RecordSettings(BaseModel):

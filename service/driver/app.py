@@ -50,6 +50,7 @@ from service.lake.evolution import Evolution, apply_evolution, plan_evolution, r
 from service.lake.invariants import reconcile
 from service.lake.lakeview import LakeReader
 from service.lake.lease import DriverLease, acquire_driver_lease
+from service.lake.log_checkpoints import LogCheckpoints
 from service.lake.maintenance import (
     MAINTAINED_FILE,
     MaintenanceRecord,
@@ -64,7 +65,7 @@ from service.streaming.runner import (
     checkpoint_location,
     trigger_seconds,
 )
-from service.streaming.session import build_spark, expected_executors
+from service.streaming.session import MAINTENANCE_POOL, build_spark, expected_executors
 
 log = structlog.get_logger(__name__)
 
@@ -149,6 +150,12 @@ def run(settings: Settings, available_now: bool = False) -> int:
         )
         if auditing:
             auditor.start_from_committed()
+        # Stopped after the queries (started before them), before the session.
+        log_checkpoints = components.start(
+            LogCheckpoints(
+                spark, settings.storage_uri, settings.delta_checkpoint_commits, MAINTENANCE_POOL
+            )
+        )
         components.start(running)
         _start_queries(
             spark,
@@ -160,6 +167,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
             skipped,
             checkpoints,
             files,
+            log_checkpoints,
             stop_requested,
             available_now,
         )
@@ -275,6 +283,7 @@ def _start_queries(
     skipped: list[LostOffsets],
     checkpoints: Mapping[str, str],
     files: ObjectFiles,
+    log_checkpoints: LogCheckpoints,
     stop_requested: threading.Event,
     available_now: bool,
 ) -> None:
@@ -309,6 +318,7 @@ def _start_queries(
             ingest_batches,
             ranges,
             maintenance(spec, checkpoint),
+            log_checkpoints.after_batch_of(spec.tables),
         )
         handle = start_ingest_query(
             spark, settings, spec, streams[spec.name], writer, available_now
@@ -320,7 +330,14 @@ def _start_queries(
         if stop_requested.is_set():
             return
         maintained = maintenance(gold, checkpoint_location(settings, gold.name))
-        gold_writer = GoldWriter(gold, settings, lease.fence, maintained, ingest_batches)
+        gold_writer = GoldWriter(
+            gold,
+            settings,
+            lease.fence,
+            maintained,
+            ingest_batches,
+            log_checkpoints.after_batch_of(gold.tables),
+        )
         handle = start_gold_query(spark, settings, gold, gold_writer, available_now)
         running.add(gold, handle, gold_writer)
 

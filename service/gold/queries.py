@@ -133,8 +133,9 @@ class GoldWriter(QueryWriter):
         fence: Callable[[], None],
         maintenance: TableMaintenance | None = None,
         ingest: IngestBatches | None = None,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(query.name, fence, maintenance)
+        super().__init__(query.name, fence, maintenance, after_batch)
         self.query = query
         self.settings = settings
         self._ingest = ingest or IngestBatches()

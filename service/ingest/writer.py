@@ -73,8 +73,9 @@ class BatchWriter(QueryWriter):
         ingest: IngestBatches,
         ranges: BatchRanges,
         maintenance: TableMaintenance | None = None,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(query.name, fence, maintenance)
+        super().__init__(query.name, fence, maintenance, after_batch)
         self.query = query
         self.stream = stream
         self.settings = settings

@@ -30,24 +30,26 @@ from service.lake.schemas import (
 
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
-# Commits between two Delta checkpoints, per table: a checkpoint is written by the commit
-# whose version is a multiple of it, inside that batch. Tables one batch writes together
-# reach the same versions together; at one interval (Delta's 10) every table of a query,
-# and every gold table, wrote its checkpoint in the same batch, which then took 10-15 s
-# against a 10 s trigger (`make run`). Distinct intervals spread them over batches.
-_BRONZE_CHECKPOINTS, _SILVER_CHECKPOINTS = 10, 11
-_QUARANTINE_CHECKPOINTS, _DUPLICATES_CHECKPOINTS, _GAPS_CHECKPOINTS = 12, 13, 14
+# Delta writes a checkpoint inside the commit whose version is a multiple of
+# `CHECKPOINT_INTERVAL`, and the batch making that commit waits for it. The service's
+# tables set it beyond any version (Delta accepts a positive 32-bit integer): the driver
+# writes their checkpoints after the batches instead (`service.lake.log_checkpoints`),
+# every ``INGEST_DELTA_CHECKPOINT_COMMITS`` + `Table.checkpoint_stagger` commits.
+IN_COMMIT_CHECKPOINTS_OFF = str(2**31 - 1)
+# Tables one batch writes together reach the same versions together: distinct cadences
+# spread their checkpoints over batches.
+_BRONZE_STAGGER, _SILVER_STAGGER, _QUARANTINE_STAGGER, _DUPLICATES_STAGGER, _GAPS_STAGGER = range(5)
 
 
-def _properties(checkpoint_interval: int, stats_on: tuple[str, ...] = ()) -> Mapping[str, str]:
+def _properties(*stats_on: str) -> Mapping[str, str]:
     """The Delta properties a table is created with (`migrate` sets them on an existing one).
 
     ``stats_on``: Delta file statistics (min/max/nulls) on these columns only, the ones
     reads prune on. By default Delta computes them on a table's first 32 columns for
     every row it writes, raw payloads and their text included: about a tenth of a large
-    append's CPU, for bounds no read can use. ``checkpoint_interval``: see above.
+    append's CPU, for bounds no read can use. In-commit checkpoints are off (see above).
     """
-    properties = {CHECKPOINT_INTERVAL: str(checkpoint_interval)}
+    properties = {CHECKPOINT_INTERVAL: IN_COMMIT_CHECKPOINTS_OFF}
     if stats_on:
         properties[STATS_COLUMNS] = ",".join(stats_on)
     return MappingProxyType(properties)
@@ -67,6 +69,9 @@ class Table:
     properties: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, compare=False
     )
+    # Commits added to INGEST_DELTA_CHECKPOINT_COMMITS between two of its Delta
+    # checkpoints, which the driver writes (`service.lake.log_checkpoints`).
+    checkpoint_stagger: int = 0
     # A table a release added to a query that already ran: created at start when it is
     # missing, even beside a checkpoint with committed batches (none of which wrote it).
     added_later: bool = False
@@ -108,36 +113,40 @@ class QuerySpec(Protocol):
     def tables(self) -> tuple[Table, ...]: ...
 
 
-_BRONZE_PROPERTIES = _properties(_BRONZE_CHECKPOINTS, (*_ARRIVAL, "ingested_at"))
 QUARANTINE_TABLE = Table(
     "silver/quarantine",
     QUARANTINE,
-    properties=_properties(
-        _QUARANTINE_CHECKPOINTS, ("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at")
-    ),
+    properties=_properties("kafka_topic", *_ARRIVAL, "error_code", "quarantined_at"),
+    checkpoint_stagger=_QUARANTINE_STAGGER,
 )
 QUARANTINE_REPLAYS_TABLE = Table("silver/quarantine_replays", QUARANTINE_REPLAYS)
 SKIPPED_OFFSETS_TABLE = Table("bronze/skipped_offsets", SKIPPED_OFFSETS)
 PROMOTIONS_TABLE = Table("silver/promotions", PROMOTIONS, added_later=True)
 OFFSET_GAPS_TABLE = Table(
-    "bronze/offset_gaps", OFFSET_GAPS, properties=_properties(_GAPS_CHECKPOINTS), added_later=True
+    "bronze/offset_gaps",
+    OFFSET_GAPS,
+    properties=_properties(),
+    checkpoint_stagger=_GAPS_STAGGER,
+    added_later=True,
 )
 
 # Gold tables are created by their query's first append, which sets their properties.
 # The two that get a row per reading or per join pair keep statistics on what their
 # readers select on; the others are one row per window or alert. The five queries
-# trigger together: each table has its own checkpoint interval.
-SENSOR_STATS_1M = Table("gold/sensor_stats_1m", properties=_properties(10))
-HEART_RATE_5M = Table("gold/heart_rate_5m", properties=_properties(11))
+# trigger together: each table has its own checkpoint cadence.
+SENSOR_STATS_1M = Table("gold/sensor_stats_1m", properties=_properties(), checkpoint_stagger=0)
+HEART_RATE_5M = Table("gold/heart_rate_5m", properties=_properties(), checkpoint_stagger=1)
 READINGS_ENRICHED = Table(
     "gold/readings_enriched",
-    properties=_properties(12, ("user_id", "event_time", *_ARRIVAL, "ingested_at")),
+    properties=_properties("user_id", "event_time", *_ARRIVAL, "ingested_at"),
+    checkpoint_stagger=2,
 )
 HEART_RATE_ACTIVITY = Table(
     "gold/heart_rate_activity",
-    properties=_properties(13, ("user_id", "hr_event_time", "acc_event_time")),
+    properties=_properties("user_id", "hr_event_time", "acc_event_time"),
+    checkpoint_stagger=3,
 )
-ALERTS = Table("gold/alerts", properties=_properties(14))
+ALERTS = Table("gold/alerts", properties=_properties(), checkpoint_stagger=4)
 GOLD_TABLES = (SENSOR_STATS_1M, HEART_RATE_5M, READINGS_ENRICHED, HEART_RATE_ACTIVITY, ALERTS)
 
 # Written on an operator's word (`replay-quarantine`, `promote`; the driver's start with
@@ -176,19 +185,28 @@ def contract_tables(contract: Contract) -> ContractTables:
         contract.tables.silver,
         silver_schema(contract),
         (contract.partition[0],) if contract.partition else (),
-        _properties(_SILVER_CHECKPOINTS, (*stats, *_ARRIVAL, "ingested_at") if stats else ()),
+        _properties(*((*stats, *_ARRIVAL, "ingested_at") if stats else ())),
+        checkpoint_stagger=_SILVER_STAGGER,
     )
     duplicates = (
         Table(
             contract.tables.duplicates,
             duplicates_schema(contract),
-            properties=_properties(_DUPLICATES_CHECKPOINTS),
+            properties=_properties(),
+            checkpoint_stagger=_DUPLICATES_STAGGER,
         )
         if contract.tables.duplicates
         else None
     )
     return ContractTables(
-        Table(contract.tables.bronze, BRONZE, properties=_BRONZE_PROPERTIES), silver, duplicates
+        Table(
+            contract.tables.bronze,
+            BRONZE,
+            properties=_properties(*_ARRIVAL, "ingested_at"),
+            checkpoint_stagger=_BRONZE_STAGGER,
+        ),
+        silver,
+        duplicates,
     )
 
 

@@ -63,7 +63,8 @@ class QueryWriter:
     raises if this driver no longer holds the lease.
 
     With ``maintenance`` (`service.lake.maintenance.maintenance_for`), the writer also
-    maintains the tables its query owns, after a batch's writes succeeded (`writing`).
+    maintains the tables its query owns, after a batch's writes succeeded (`writing`),
+    then calls ``after_batch`` (`service.lake.log_checkpoints.LogCheckpoints`).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class QueryWriter:
         query_name: str,
         fence: Callable[[], None],
         maintenance: TableMaintenance | None = None,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
         self.query_name = query_name
         self.fence = fence
@@ -80,6 +82,7 @@ class QueryWriter:
         self._in_flight_since = 0.0
         self.last_batch_id: int | None = None
         self.maintenance = maintenance
+        self.after_batch = after_batch
         self._ending = False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -123,6 +126,8 @@ class QueryWriter:
             self.last_batch_id = batch_id
             if self.maintenance is not None:
                 self.maintenance.run_due(SparkSession.active())
+            if self.after_batch is not None:
+                self.after_batch()
         finally:
             self._in_flight = None
 

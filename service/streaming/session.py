@@ -146,8 +146,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+# The pool of the driver's own jobs beside the queries' (the Delta checkpoints it writes).
+MAINTENANCE_POOL = "maintenance"
 # Pool name → (weight, minimum share in cores).
-SCHEDULER_POOLS = {"ingest": (3, 1), "gold": (1, 0)}
+SCHEDULER_POOLS = {"ingest": (3, 1), "gold": (1, 0), MAINTENANCE_POOL: (1, 0)}
 
 
 def scheduler_pools_file() -> Path:

@@ -15,11 +15,17 @@ import pytest
 from devstack import KafkaBroker
 from pyspark.sql import SparkSession
 
+from service.ingest.query import IngestQuery
+from service.lake.hadoop_fs import HadoopFiles
+from service.lake.tables import SHIPPED
 from tests.support.lake import Lake, assert_bronze_exactly_once, generator_summary
 
 pytestmark = pytest.mark.integration
 
 OUTAGE_SECONDS = 6
+# A Delta checkpoint every few commits (10 by default): the driver's few batches write some.
+COMMITS = 2
+CHECKPOINTS = {"INGEST_DELTA_CHECKPOINT_COMMITS": str(COMMITS)}
 
 
 def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
@@ -31,7 +37,7 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
             "--users", "10", "--rate", "60", "--duration", "50", "--seed", "9",
             "--bad-fraction", "0.05", "--duplicate-fraction", "0.05",
         )  # fmt: skip
-        driver = lake.service("driver", "run").start()
+        driver = lake.service("driver", "run", **CHECKPOINTS).start()
         try:
             driver.wait_for_log('"event": "batch_written"', timeout=180)
             outages = []
@@ -59,11 +65,23 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
             for line in driver.log_text().splitlines()
             if line.startswith("{") and json.loads(line).get("level") == "error"
         ]
-        drain = lake.service("drain", "run", "--available-now").start()
+        drain = lake.service("drain", "run", "--available-now", **CHECKPOINTS).start()
         try:
             assert 0 == drain.wait(timeout=600), drain.log_text()[-4000:]
         finally:
             drain.cleanup()
+        # The Delta checkpoints were written after the batches (their commits write
+        # none), and each stopping driver left none due.
+        assert driver.events("delta_checkpoint_written")
+        assert not driver.events("delta_checkpoint_failed") + drain.events(
+            "delta_checkpoint_failed"
+        )
+        for table in IngestQuery(SHIPPED.contracts["sensors"]).tables:
+            names = HadoopFiles(spark).list_names(f"{lake.table(table.name)}/_delta_log")
+            latest = max(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+            checkpoints = [int(n[:20]) for n in names if n.endswith(".checkpoint.parquet")]
+            due = COMMITS + table.checkpoint_stagger
+            assert 0 <= latest - max(checkpoints, default=0) < due, names
 
         bronze = assert_bronze_exactly_once(spark, lake)
         # Every record the idempotent producer had acknowledged, none twice.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from service.lake.tables import (
     BRONZE_SENSORS,
     CHECKPOINT_INTERVAL,
     HEART_RATE_ACTIVITY,
+    IN_COMMIT_CHECKPOINTS_OFF,
     SENSOR_DUPLICATES_TABLE,
     SENSOR_READINGS,
     STATS_COLUMNS,
@@ -171,22 +171,21 @@ def test_files_carry_statistics_on_the_declared_columns_only(
         assert not {"key", "value", "key_text", "value_text"} & set(declared)
 
 
-def test_a_table_writes_its_delta_checkpoint_at_the_interval_it_was_created_with(
+def test_a_catalogued_table_commits_without_writing_a_delta_checkpoint(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    # The catalogue's intervals are 10-14 (tests/unit/lake/test_tables.py); 3 here, so
-    # that three appends show Delta applies the one the creation (delta-rs) recorded.
-    table = replace(
-        SENSOR_READINGS, properties={**SENSOR_READINGS.properties, CHECKPOINT_INTERVAL: "3"}
-    )
-    path = tmp_path / table.name
-    ensure_table(LOCAL_FILES, f"file:{path}", table)  # version 0
-    for version in (1, 2, 3):
+    # Delta's default interval is 10: the creation (delta-rs) records the catalogue's,
+    # which Delta applies, and the driver writes the checkpoints after the batches
+    # (tests/unit/lake/test_log_checkpoints.py).
+    assert IN_COMMIT_CHECKPOINTS_OFF == SENSOR_READINGS.properties[CHECKPOINT_INTERVAL]
+    path = tmp_path / SENSOR_READINGS.name
+    ensure_table(LOCAL_FILES, f"file:{path}", SENSOR_READINGS)  # version 0
+    for version in range(1, 11):
         append_once(
             readings(spark, [(f"e{version}", 0, version, T0)]), f"file:{path}", "a", version
         )
-    checkpoints = sorted(p.name for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
-    assert [f"{3:020d}.checkpoint.parquet"] == checkpoints
+    assert (path / "_delta_log" / f"{10:020d}.json").exists()
+    assert [] == list((path / "_delta_log").glob("*.checkpoint.parquet"))
 
 
 def test_the_append_that_creates_a_gold_table_sets_its_properties(

@@ -194,13 +194,17 @@ class RecordingMaintenance(TableMaintenance):
         return None
 
 
-def test_writer_maintains_due_tables_after_a_batch_that_succeeded_only(
+def test_writer_maintains_due_tables_then_ends_the_batch_after_a_batch_that_succeeded_only(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     clock = Clock()
-    writer = QueryWriter("ingest_users", fence=lambda: None)
     record = MaintenanceRecord(ObjectFiles(Settings()), f"file:{tmp_path}/{MAINTAINED_FILE}")
-    writer.maintenance = maintenance = RecordingMaintenance(clock, record)
+    maintenance = RecordingMaintenance(clock, record)
+    # Then its Delta checkpoints are due (`LogCheckpoints`): what was maintained by then.
+    ended: list[list[str]] = []
+    writer = QueryWriter(
+        "ingest_users", lambda: None, maintenance, lambda: ended.append(maintenance.maintained[:])
+    )
 
     with writer.writing(0):
         pass  # not due yet, but the schedule's start is recorded
@@ -217,6 +221,7 @@ def test_writer_maintains_due_tables_after_a_batch_that_succeeded_only(
         pass  # maintained one interval ago at the latest: not due
     assert [USERS.name] == maintenance.maintained
     assert 2 == writer.last_batch_id
+    assert [[], [USERS.name], [USERS.name]] == ended  # batches 0, 1 and 2, not the failed one
 
 
 # -- OPTIMIZE and VACUUM on a real Delta table -------------------------------------------------
