@@ -32,7 +32,7 @@ from service.lake.tables import Table
 log = structlog.get_logger(__name__)
 
 _SCHEDULER_POOL = "spark.scheduler.pool"
-# How long `stop` waits for the due checkpoints (the next start catches up with the rest).
+# How long `stop` waits for the checkpoint being written.
 _STOP_TIMEOUT_SECONDS = 30.0
 
 
@@ -79,8 +79,8 @@ class LogCheckpoints:
         self._thread.start()
 
     def stop(self) -> None:
-        """Write the due checkpoints of the batches that ended (the queries have stopped),
-        for at most `_STOP_TIMEOUT_SECONDS`, then stop."""
+        """Let the checkpoint being written end (at most `_STOP_TIMEOUT_SECONDS`), then stop:
+        the next run writes those still due, after its first batch."""
         with self._changed:
             self._stopping = True
             self._changed.notify()
@@ -93,16 +93,17 @@ class LogCheckpoints:
             with self._changed:
                 while not self._pending and not self._stopping:
                     self._changed.wait()
-                if not self._pending:
+                if self._stopping:
                     return
             self.run_due()
 
     def run_due(self) -> list[tuple[str, int]]:
-        """Checkpoint each pending table that is due; return the (table, version) written."""
+        """Checkpoint each pending table that is due, until `stop`; return the (table,
+        version) written."""
         written: list[tuple[str, int]] = []
         while True:
             with self._changed:
-                if not self._pending:
+                if not self._pending or self._stopping:
                     return written
                 uri = next(iter(self._pending))
                 del self._pending[uri]
