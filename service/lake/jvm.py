@@ -16,3 +16,9 @@ def java_class(spark: SparkSession, name: str) -> Any:
     driver's whole classpath; a short name (``jvm.scala``) tries every import first.
     """
     return getattr(spark.sparkContext._jvm, name)
+
+
+def set_scheduler_pool(spark: SparkSession, pool: str | None) -> None:
+    """Put the jobs this thread (and a thread it starts) submits in the FAIR scheduler's
+    ``pool``; None puts them back in the default pool."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)  # type: ignore[arg-type]

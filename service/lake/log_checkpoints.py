@@ -25,13 +25,12 @@ from collections.abc import Callable, Iterable
 import structlog
 from pyspark.sql import SparkSession
 
-from service.lake.jvm import java_class
+from service.lake.jvm import java_class, set_scheduler_pool
 from service.lake.maintenance import error_summary
 from service.lake.tables import Table
 
 log = structlog.get_logger(__name__)
 
-_SCHEDULER_POOL = "spark.scheduler.pool"
 # How long `stop` waits for the checkpoint being written.
 _STOP_TIMEOUT_SECONDS = 30.0
 
@@ -88,7 +87,7 @@ class LogCheckpoints:
             self._thread.join(_STOP_TIMEOUT_SECONDS)
 
     def _loop(self) -> None:
-        self._spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, self._pool)
+        set_scheduler_pool(self._spark, self._pool)
         while True:
             with self._changed:
                 while not self._pending and not self._stopping:

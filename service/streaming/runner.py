@@ -27,13 +27,12 @@ from service.errors import QueryNotBoundError, TableLayoutError
 from service.lake import checkpoints
 from service.lake.delta import table_transactions
 from service.lake.hadoop_fs import HadoopFiles
-from service.lake.jvm import java_class
+from service.lake.jvm import java_class, set_scheduler_pool
 from service.lake.maintenance import TableMaintenance
 from service.lake.tables import Table
 
 log = structlog.get_logger(__name__)
 
-_SCHEDULER_POOL = "spark.scheduler.pool"
 # How long a batch waits for its query to be bound (the query id is known once started).
 _BIND_TIMEOUT_SECONDS = 120.0
 # How long after its trigger an ingest batch reaches its write, at most (`IngestBatches`).
@@ -283,11 +282,11 @@ def start_with_writer(
         stream = stream.trigger(processingTime=f"{interval} seconds")
     # The query's thread inherits the pool: its jobs share the cores with the other
     # pool's instead of queueing behind them.
-    spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, pool)
+    set_scheduler_pool(spark, pool)
     try:
         started = stream.start()
     finally:
-        spark.sparkContext.setLocalProperty(_SCHEDULER_POOL, None)  # type: ignore[arg-type]
+        set_scheduler_pool(spark, None)
     writer.bind(str(started.id))
     log.info("query_started", query=writer.query_name, id=str(started.id), **context)
     return started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,14 @@ def _latest(root: Path) -> int:
 def _checkpoints(root: Path, table: Table = TABLE) -> list[int]:
     log_dir = root / table.name / "_delta_log"
     return sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint.parquet"))
+
+
+def _three_commits(spark: SparkSession, root: Path) -> tuple[LogCheckpoints, Callable[[], None]]:
+    """A table with three commits after its creation, its checkpoints and a batch's hook."""
+    ensure_table(LOCAL_FILES, TABLE.uri(f"file:{root}"), TABLE)
+    _append(spark, root, range(1, 4))
+    checkpoints = LogCheckpoints(spark, f"file:{root}", COMMITS, "maintenance")
+    return checkpoints, checkpoints.after_batch_of([TABLE])
 
 
 def test_a_batch_commits_without_a_checkpoint_and_the_driver_writes_it_at_the_tables_cadence(
@@ -77,10 +86,7 @@ def test_a_batch_commits_without_a_checkpoint_and_the_driver_writes_it_at_the_ta
 def test_a_checkpoint_that_fails_is_logged_and_tried_again_after_the_next_batch(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    ensure_table(LOCAL_FILES, TABLE.uri(f"file:{tmp_path}"), TABLE)
-    _append(spark, tmp_path, range(1, 4))
-    checkpoints = LogCheckpoints(spark, f"file:{tmp_path}", COMMITS, "maintenance")
-    committed = checkpoints.after_batch_of([TABLE])
+    checkpoints, committed = _three_commits(spark, tmp_path)
     # The table is gone under the driver's snapshot: writing its state fails.
     shutil.move(tmp_path / TABLE.name, tmp_path / "moved")
     committed()
@@ -98,10 +104,7 @@ def test_a_checkpoint_that_fails_is_logged_and_tried_again_after_the_next_batch(
 def test_the_thread_writes_the_checkpoint_a_batch_made_due_and_stops(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    ensure_table(LOCAL_FILES, TABLE.uri(f"file:{tmp_path}"), TABLE)
-    _append(spark, tmp_path, range(1, 4))
-    checkpoints = LogCheckpoints(spark, f"file:{tmp_path}", COMMITS, "maintenance")
-    committed = checkpoints.after_batch_of([TABLE])
+    checkpoints, committed = _three_commits(spark, tmp_path)
     checkpoints.start()
     try:
         committed()
