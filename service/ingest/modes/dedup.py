@@ -20,9 +20,11 @@ ends after that one aggregation.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from service.lake.local_rows import local_frame
 
@@ -30,6 +32,7 @@ _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
 # The event id's 64-bit hash, which the candidates are found by.
 ID_HASH = "_event_id_hash"
+_ID_HASHES = StructType([StructField(ID_HASH, LongType(), nullable=False)])
 # Event ids (their hashes) a driver broadcasts for one search at most (a hash relation of
 # a million 64-bit keys: tens of MB).
 BROADCAST_IDS = 1_000_000
@@ -45,6 +48,7 @@ def find_duplicates(
     rows: int,
     id_column: str,
     schema: StructType,
+    candidates: Collection[int] | None = None,
 ) -> DataFrame | None:
     """The duplicates table's rows (``schema``) of ``readings``: each repeat, what it repeats;
     None when no id's hash of ``readings`` is at two Kafka coordinates (no repeat can exist).
@@ -56,23 +60,46 @@ def find_duplicates(
     (neither silver nor the batch is shuffled) and the candidates' hashes are collected
     first (one Spark job; None when there are none); beyond it (a large replay), Spark plans
     the joins by its own estimates. ``id_column`` is renamed ``event_id`` while searching.
+
+    ``candidates``, when given, are id hashes that include every repeat's (`RecentIds`
+    knows them in the driver): the search narrows to them without finding its own (no job
+    before the search itself), and does not run without any.
     """
     readings = with_id_hash(readings.withColumnRenamed(id_column, "event_id"))
     recent_silver = with_id_hash(recent_silver.withColumnRenamed(id_column, "event_id"))
+    if candidates is not None:
+        if not candidates:
+            return None
+        known = local_frame(readings.sparkSession, [(h,) for h in candidates], _ID_HASHES)
+        return _search(
+            readings, recent_silver, F.broadcast(known), horizon_seconds, id_column, schema
+        )
     # Silver's rows whose id's hash the batch has, then the hashes at two coordinates.
     share = rows <= BROADCAST_IDS
     batch_ids = readings.select(ID_HASH)
     recent_silver = recent_silver.join(
         F.broadcast(batch_ids) if share else batch_ids, ID_HASH, "left_semi"
     )
-    candidates = duplicate_candidates(readings, recent_silver)
+    found = duplicate_candidates(readings, recent_silver)
     if share:
-        ids = candidates.limit(LOCAL_IDS + 1).collect()
+        ids = found.limit(LOCAL_IDS + 1).collect()
         if not ids:
             return None
         if len(ids) <= LOCAL_IDS:
-            candidates = local_frame(readings.sparkSession, ids, candidates.schema)
-        candidates = F.broadcast(candidates)
+            found = local_frame(readings.sparkSession, ids, found.schema)
+        found = F.broadcast(found)
+    return _search(readings, recent_silver, found, horizon_seconds, id_column, schema)
+
+
+def _search(
+    readings: DataFrame,
+    recent_silver: DataFrame,
+    candidates: DataFrame,
+    horizon_seconds: int,
+    id_column: str,
+    schema: StructType,
+) -> DataFrame:
+    """`find_duplicates`'s search among the rows whose `ID_HASH` ``candidates`` holds."""
     readings = readings.join(candidates, ID_HASH, "left_semi")
     recent_silver = recent_silver.join(candidates, ID_HASH, "left_semi")
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")

@@ -131,7 +131,13 @@ class EventsSilver:
             with writes.phase("dedup"):
                 recent = self.recent_events(spark, summary, sighting.windows)
                 found = find_duplicates(
-                    events, recent, self._horizon, summary.valid, self._id, self._schema
+                    events,
+                    recent,
+                    self._horizon,
+                    summary.valid,
+                    self._id,
+                    self._schema,
+                    sighting.candidates,
                 )
                 if found is not None:
                     # Cached: the search runs once, for the count, the write and the filter.

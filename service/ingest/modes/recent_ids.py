@@ -10,7 +10,9 @@ horizon. Such a batch skips the search. Any other batch runs it, and the search
 stays the one definition of a duplicate; it reads only the silver files whose arrivals
 meet those of the kept batches that share an id with it (`Sighting.windows`): silver's
 horizon holds a file per batch until maintenance compacts them (360 an hour at a 10 s
-trigger), and reading all of them made every batch slower than the last.
+trigger), and reading all of them made every batch slower than the last. The search
+narrows to the batch's ids that are kept or that the batch repeats
+(`Sighting.candidates`) without finding them itself.
 
 The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
 not the one kept (a start, maintenance, any other writer), and each batch's ids are
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -55,10 +57,13 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 class Sighting:
     """What the kept ids say of a batch: ``clear`` when it cannot hold a duplicate; else the
     arrival ``windows`` (UTC) of the kept batches sharing an id with it, which hold every
-    silver row that does (none: no silver row does), or None when unknown."""
+    silver row that does (none: no silver row does), and the ``candidates``: the id hashes
+    of the batch that silver holds or the batch repeats (every repeat's is one of them);
+    both None when unknown."""
 
     clear: bool
     windows: tuple[Window, ...] | None = None
+    candidates: frozenset[int] | None = None
 
 
 class RecentIds:
@@ -116,12 +121,17 @@ class RecentIds:
         self._expire(start - _SLACK)
         ids = [r.id for r in readings.select(id_hash(self._id).alias("id")).collect()]
         batch = frozenset(ids)
-        sharing = tuple(window for window, kept in self._kept if batch & kept)
+        shared = [(window, batch & kept) for window, kept in self._kept]
+        sharing = tuple(window for window, ids_shared in shared if ids_shared)
+        repeated = (h for h, n in Counter(ids).items() if n > 1)
         all_kept = start >= self._floor
         self._keep((first, last), batch)
-        if all_kept and not sharing and len(batch) == len(ids):
+        if not all_kept:
+            return Sighting(clear=False)
+        if not sharing and len(batch) == len(ids):
             return Sighting(clear=True)
-        return Sighting(clear=False, windows=sharing if all_kept else None)
+        candidates = frozenset(repeated).union(*(ids_shared for _, ids_shared in shared))
+        return Sighting(clear=False, windows=sharing, candidates=candidates)
 
     def committed(self, commit: Commit | None) -> None:
         """The writer's silver append returned ``commit``: its ids are kept already."""

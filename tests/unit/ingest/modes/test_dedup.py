@@ -21,9 +21,16 @@ from service.ingest.modes.dedup import (
 )
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
 from tests.support.records import readings
+from tests.support.spark import jobs_of
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
+
+
+def hashes(spark: SparkSession, *ids: str) -> frozenset[int]:
+    """The `dedup.id_hash`es of ``ids``."""
+    named = spark.createDataFrame([(i,) for i in ids], "event_id string")
+    return frozenset(r.h for r in named.select(dedup.id_hash("event_id").alias("h")).collect())
 
 
 def candidate_ids(batch: DataFrame, silver: DataFrame) -> list[str]:
@@ -34,15 +41,22 @@ def candidate_ids(batch: DataFrame, silver: DataFrame) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("rows", "local_ids", "collide"),
-    [(6, 10, False), (6, 2, False), (BROADCAST_IDS + 1, 10, False), (6, 10, True)],
-    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark", "one-hash"],
+    ("rows", "local_ids", "collide", "given"),
+    [
+        (6, 10, False, False),
+        (6, 2, False, False),
+        (BROADCAST_IDS + 1, 10, False, False),
+        (6, 10, True, False),
+        (6, 10, False, True),
+    ],
+    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark", "one-hash", "given"],
 )
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
     spark: SparkSession,
     rows: int,
     local_ids: int,
     collide: bool,
+    given: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Three candidates below: collected and handed back, or more than LOCAL_IDS.
@@ -70,7 +84,19 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
             ("new", 2, 12, T0),
         ],
     )
-    duplicates = find_duplicates(batch, silver, HORIZON, rows, "event_id", SENSOR_DUPLICATES)
+    # Given: the hashes of the ids silver holds or the batch repeats (`RecentIds`'s), which
+    # the search narrows to without a job of its own.
+    candidates = hashes(spark, "seen", "old", "replayed", "twice") if given else None
+    found: list[DataFrame | None] = []
+    jobs = jobs_of(
+        spark,
+        f"dedup-{rows}-{local_ids}-{collide}-{given}",
+        lambda: found.append(
+            find_duplicates(batch, silver, HORIZON, rows, "event_id", SENSOR_DUPLICATES, candidates)
+        ),
+    )
+    assert (0 if given or rows > BROADCAST_IDS else 3) == jobs
+    (duplicates,) = found
     assert duplicates is not None
     fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
@@ -122,6 +148,9 @@ def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:
     batch = readings(spark, [("b", 0, 2, T0), ("c", 1, 3, T0), ("a", 0, 1, T0)])
     # "a" at the same coordinates in silver is a replay, not a candidate: no search at all.
     assert find_duplicates(batch, silver, HORIZON, 3, "event_id", SENSOR_DUPLICATES) is None
+    # Nor with no candidate given.
+    given = frozenset[int]()
+    assert find_duplicates(batch, silver, HORIZON, 3, "event_id", SENSOR_DUPLICATES, given) is None
     # With a repeat beyond the horizon there is a candidate, and the search finds nothing.
     beyond = readings(spark, [("b", 2, 9, T0 - timedelta(hours=2))]).unionByName(silver)
     duplicates = find_duplicates(batch, beyond, HORIZON, 3, "event_id", SENSOR_DUPLICATES)

@@ -11,7 +11,7 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from service.ingest.modes.dedup import find_duplicates
+from service.ingest.modes.dedup import find_duplicates, id_hash
 from service.ingest.modes.recent_ids import RecentIds, Sighting
 from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
@@ -46,8 +46,9 @@ class Writer:
 
     def batch(self, ids: list[str], minute: float) -> Sighting:
         """What the kept ids say of the batch of ``ids`` arriving at ``T0 + minute``: a clear
-        batch's search must find nothing, and the search of the files its windows name
-        what the search of silver's whole horizon finds. The batch is then appended."""
+        batch's search must find nothing, and the search of the files its windows name,
+        narrowed to its candidates, what the search of silver's whole horizon finds. The
+        batch is then appended."""
         arrival = T0 + timedelta(minutes=minute)
         rows = [(i, 0, 1000 * self.batches + n, arrival) for n, i in enumerate(ids)]
         batch = readings(self.spark, rows).coalesce(1)
@@ -65,16 +66,20 @@ class Writer:
             assert [] == whole
         near = self.live.read(self.spark, earliest, arrival, checked[0].windows)
         self.files_searched = len(near.inputFiles())
-        assert whole == self.found(batch, near)
+        assert whole == self.found(batch, near, checked[0].candidates)
         commit = append_once(batch, self.uri, "sensors", self.batches)
         self.live.committed(commit)
         self.recent.committed(commit)
         self.batches += 1
         return checked[0]
 
-    def found(self, batch: DataFrame, silver: DataFrame) -> list[tuple[object, ...]]:
+    def found(
+        self, batch: DataFrame, silver: DataFrame, candidates: frozenset[int] | None = None
+    ) -> list[tuple[object, ...]]:
         """The duplicates the search finds in ``batch`` against ``silver``, sorted."""
-        found = find_duplicates(batch, silver, HORIZON, batch.count(), "event_id", DUPLICATES)
+        found = find_duplicates(
+            batch, silver, HORIZON, batch.count(), "event_id", DUPLICATES, candidates
+        )
         return [] if found is None else sorted(tuple(r) for r in found.collect())
 
 
@@ -93,23 +98,29 @@ def test_a_batch_skips_the_search_only_when_it_finds_nothing(
     assert (1, 3) == (writer.check_jobs, writer.recent.size)
     # A repeat of silver's: the search reads the files of the batch it repeats only.
     at = [T0 + timedelta(minutes=m) for m in range(8)]
-    assert Sighting(False, ((at[0], at[0]),)) == writer.batch(["a", "d"], 2)
+
+    def hashes(*ids: str) -> frozenset[int]:
+        """The id hashes of ``ids``: a sighting's candidates."""
+        named = spark.createDataFrame([(i,) for i in ids], "event_id string")
+        return frozenset(r.h for r in named.select(id_hash("event_id").alias("h")).collect())
+
+    assert Sighting(False, ((at[0], at[0]),), hashes("a")) == writer.batch(["a", "d"], 2)
     assert 1 == writer.files_searched  # of the two in silver
     # A repeat within the batch: no silver row shares an id with it, no file is read.
-    assert Sighting(False, ()) == writer.batch(["e", "e"], 3)
+    assert Sighting(False, (), hashes("e")) == writer.batch(["e", "e"], 3)
     assert 0 == writer.files_searched
 
     # Another writer's row: the ids are loaded again (one window: the rows' arrivals),
     # its id with them.
     other = readings(spark, [("x", 1, 5, at[4])])
     other.write.format("delta").mode("append").save(uri)
-    assert Sighting(False, ((at[0], at[4]),)) == writer.batch(["x"], 5)
+    assert Sighting(False, ((at[0], at[4]),), hashes("x")) == writer.batch(["x"], 5)
     assert writer.batch(["f"], 6).clear
 
     # A new writer (a restart) loads silver's ids.
     writer = Writer(spark, uri)
     writer.batches = 100
-    assert Sighting(False, ((at[0], at[6]),)) == writer.batch(["b"], 7)
+    assert Sighting(False, ((at[0], at[6]),), hashes("b")) == writer.batch(["b"], 7)
 
     # Beyond the horizon (and its slack), ids are forgotten; an id there is no repeat.
     assert writer.batch(["a"], 130).clear
