@@ -102,8 +102,8 @@ class BatchWriter(QueryWriter):
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
             try:
-                # The exact checks' plan for the batch's pending rows, built and planned
-                # (py4j calls, no job) while the summary's job finds whether there are any.
+                # The exact checks' plan for the batch's pending rows, built (py4j calls,
+                # no job) while the summary's job finds whether there are any.
                 exact = self._workers.submit(self._exact_checks, marked)
                 with profile.phase("read_validate"):
                     summary = summarize(marked)
@@ -114,7 +114,6 @@ class BatchWriter(QueryWriter):
                 outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact)
             finally:
                 marked.unpersist()
-                _release(exact)
             self.on_batch(self.query.name, outcome)
             profiled = profile.summary()
         # Logged once the batch is no longer in flight (its tables' due maintenance ran in
@@ -144,13 +143,14 @@ class BatchWriter(QueryWriter):
         """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
         left pending, if any, then the quarantine and silver at once."""
         silver = SilverOutcome()
+        checked: DataFrame | None = None
 
         def checked_writes() -> None:
-            nonlocal summary, silver
+            nonlocal summary, silver, checked
             parsed = marked.drop(DECIDED)
             if PENDING in summary.quarantined:
                 with batch_writes.phase("exact_checks"):
-                    parsed, summary = self._check_exactly(marked, summary, exact)
+                    parsed, checked, summary = self._check_exactly(marked, summary, exact)
                 parsed = in_one_task_if_small(parsed, *ranges)
             valid, invalid = split_valid_invalid(parsed)
 
@@ -172,6 +172,8 @@ class BatchWriter(QueryWriter):
         finally:
             if silver.duplicates is not None:
                 silver.duplicates.unpersist()
+            if checked is not None:
+                checked.unpersist()
         return BatchOutcome(
             rows_in=summary.rows_in,
             quarantined=summary.quarantined,
@@ -186,36 +188,28 @@ class BatchWriter(QueryWriter):
         )
 
     def _exact_checks(self, marked: DataFrame) -> DataFrame | None:
-        """The exact checks of ``marked``'s pending rows, cached (planned, not run: `_release`
-        unpersists them), or None without a fast path (none are pending).
-
-        Caching plans them: their optimized and physical plan, 0.1-0.5 s for a batch of
-        2,000 readings, is built here, beside the summary's job, not after it."""
+        """The exact checks of ``marked``'s pending rows (not run), or None without a fast
+        path (none are pending)."""
         if self.stream.exact is None:
             return None
         pending = with_text_views(marked.where(~F.col(DECIDED))).drop(DECIDED, *OUTCOME)
-        return self.stream.exact.apply(pending).drop(*TEXT_VIEWS).persist()
+        return self.stream.exact.apply(pending).drop(*TEXT_VIEWS)
 
     def _check_exactly(
         self, marked: DataFrame, summary: BatchSummary, exact: Future[DataFrame | None]
-    ) -> tuple[DataFrame, BatchSummary]:
+    ) -> tuple[DataFrame, DataFrame, BatchSummary]:
         """The batch's rows with the exact checks' outcome (``exact``) where the fast path
-        left it `PENDING`; the summary with their rejects per code."""
-        checked = exact.result()
-        assert checked is not None  # only a fast path leaves rows pending
+        left it `PENDING`; those rows (cached: the caller unpersists them); the summary
+        with their rejects per code."""
+        checks = exact.result()
+        assert checks is not None  # only a fast path leaves rows pending
+        checked = checks.persist()
         counts = checked.where(F.col("error_code").isNotNull()).groupBy("error_code").count()
         quarantined = {k: v for k, v in summary.quarantined.items() if k != PENDING}
         for row in counts.collect():
             quarantined[row["error_code"]] = int(row["count"])
         parsed = self.stream.validation.complete(marked, checked)
-        return parsed, replace(summary, quarantined=quarantined)
-
-
-def _release(exact: Future[DataFrame | None]) -> None:
-    """Unpersist the exact checks' rows (`IngestBatches._exact_checks`), used or not, once
-    their plan is built."""
-    if exact.exception() is None and (checked := exact.result()) is not None:
-        checked.unpersist()
+        return parsed, checked, replace(summary, quarantined=quarantined)
 
 
 # A batch covering at most this many offsets is read, validated and written in one task
