@@ -319,6 +319,7 @@ def _start_queries(
             ranges,
             maintenance(spec, checkpoint),
             log_checkpoints.after_batch_of(spec.tables),
+            keep_recent_ids=not available_now,
         )
         handle = start_ingest_query(
             spark, settings, spec, streams[spec.name], writer, available_now

@@ -61,7 +61,8 @@ class BatchOutcome:
 
 
 class BatchWriter(QueryWriter):
-    """The ``foreachBatch`` function of an ingest query."""
+    """The ``foreachBatch`` function of an ingest query (``keep_recent_ids``: an events
+    contract's silver writer keeps its recent ids, `EventsSilver`)."""
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class BatchWriter(QueryWriter):
         ranges: BatchRanges,
         maintenance: TableMaintenance | None = None,
         after_batch: Callable[[], None] | None = None,
+        keep_recent_ids: bool = True,
     ) -> None:
         super().__init__(query.name, fence, maintenance, after_batch)
         self.query = query
@@ -86,7 +88,7 @@ class BatchWriter(QueryWriter):
         # A batch writes bronze beside the rest (this thread): the quarantine (this
         # thread) beside silver, whose own writes nest inside it.
         self._workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix=query.name)
-        self._silver = mode_of(query.contract).silver_writes(settings, live=True)
+        self._silver = mode_of(query.contract).silver_writes(settings, keep_recent_ids)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self.app_id(batch_id)

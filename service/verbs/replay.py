@@ -274,7 +274,7 @@ class _Replayer:
         )
         summary = summarize(parsed)
         valid, _ = split_valid_invalid(parsed)
-        writer = mode_of(query.contract).silver_writes(self.settings, live=False)
+        writer = mode_of(query.contract).silver_writes(self.settings, keep_recent_ids=False)
         outcome = writer.write(valid, summary, _ReplayWrites(self, app_id), dry_run)
         return classify(parsed, outcome.duplicates)
 

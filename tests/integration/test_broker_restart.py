@@ -71,6 +71,15 @@ def test_a_broker_stopped_then_killed_under_load_loses_and_doubles_nothing(
             assert 0 == drain.wait(timeout=600), drain.log_text()[-4000:]
         finally:
             drain.cleanup()
+        # The long-running driver keeps silver's recent ids; the drain, which ends once the
+        # backlog is read, does not.
+        for run, keeps in ((driver, True), (drain, False)):
+            phases = [
+                e["phases_ms"]
+                for e in run.events("batch_written")
+                if e["query"] == "ingest_sensors"
+            ]
+            assert keeps == any("recent_ids" in p for p in phases), phases
         # Every Delta checkpoint is one a driver wrote after a batch (the commits write
         # none), a table's at least COMMITS + its stagger commits apart.
         runs = (driver, drain)

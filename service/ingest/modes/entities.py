@@ -164,8 +164,8 @@ class Entities:
             upsert.alias("upsert"), tombstone_at.alias("tombstone_at"), tombstone.alias("tombstone")
         )
 
-    def silver_writes(self, settings: Settings, live: bool) -> EntitiesSilver:
-        """Its silver writes (the same for the driver, ``live``, and a replay)."""
+    def silver_writes(self, settings: Settings, keep_recent_ids: bool) -> EntitiesSilver:
+        """Its silver writes (the same for the driver and a replay: no recent ids)."""
         return EntitiesSilver(self, settings)
 
 
