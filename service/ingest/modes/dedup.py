@@ -15,7 +15,8 @@ coordinates or more (`duplicate_candidates`, one hash aggregation on a number, n
 on the id's text; a collision only adds a candidate); the windows and the join
 that decide, on the ids themselves, which of them repeat what run on those few
 rows only, and not at all when there are none (the usual batch): the search then
-ends after that one aggregation.
+ends after that one aggregation. A driver's small batch comes with its candidates
+already (`service.ingest.modes.recent_ids`): the aggregation is skipped.
 """
 
 from __future__ import annotations
