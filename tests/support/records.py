@@ -19,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 from service.ingest.bronze import to_records
+from service.ingest.modes.dedup import id_hash
 from service.lake.schemas import KAFKA_HEADERS, SILVER_SENSOR_READINGS
 
 ARRIVAL = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -79,3 +80,9 @@ def readings(
         }  # fmt: skip
         full.append(tuple(values.get(n) for n in names))
     return spark.createDataFrame(full, SILVER_SENSOR_READINGS)
+
+
+def id_hashes(spark: SparkSession, *ids: str) -> frozenset[int]:
+    """The dedup `id_hash`es of ``ids``: what a sighting names as candidates."""
+    named = spark.createDataFrame([(i,) for i in ids], "event_id string")
+    return frozenset(r.h for r in named.select(id_hash("event_id").alias("h")).collect())

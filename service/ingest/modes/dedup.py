@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -40,6 +40,9 @@ BROADCAST_IDS = 1_000_000
 # Candidate ids a driver collects and hands back as a local relation at most; more are
 # computed again within the search's plan.
 LOCAL_IDS = 10_000
+# Id hashes or Kafka coordinates a plan names in an IN set at most, where it would
+# otherwise broadcast a relation of them: a broadcast costs a Spark job of its own.
+IN_SET = 1_000
 
 
 def find_duplicates(
@@ -71,9 +74,13 @@ def find_duplicates(
     if candidates is not None:
         if not candidates:
             return None
-        known = local_frame(readings.sparkSession, [(h,) for h in candidates], _ID_HASHES)
         return _search(
-            readings, recent_silver, F.broadcast(known), horizon_seconds, id_column, schema
+            readings,
+            recent_silver,
+            _hashes(readings.sparkSession, candidates),
+            horizon_seconds,
+            id_column,
+            schema,
         )
     # Silver's rows whose id's hash the batch has, then the hashes at two coordinates.
     share = rows <= BROADCAST_IDS
@@ -87,22 +94,42 @@ def find_duplicates(
         if not ids:
             return None
         if len(ids) <= LOCAL_IDS:
-            found = local_frame(readings.sparkSession, ids, found.schema)
+            return _search(
+                readings,
+                recent_silver,
+                _hashes(readings.sparkSession, [r[ID_HASH] for r in ids]),
+                horizon_seconds,
+                id_column,
+                schema,
+            )
         found = F.broadcast(found)
     return _search(readings, recent_silver, found, horizon_seconds, id_column, schema)
+
+
+def _hashes(spark: SparkSession, hashes: Collection[int]) -> Collection[int] | DataFrame:
+    """Candidate ``hashes`` as `_search` narrows to them: up to `IN_SET` as they are, more
+    as a broadcast local relation."""
+    if len(hashes) <= IN_SET:
+        return hashes
+    return F.broadcast(local_frame(spark, [(h,) for h in hashes], _ID_HASHES))
 
 
 def _search(
     readings: DataFrame,
     recent_silver: DataFrame,
-    candidates: DataFrame,
+    candidates: Collection[int] | DataFrame,
     horizon_seconds: int,
     id_column: str,
     schema: StructType,
 ) -> DataFrame:
-    """`find_duplicates`'s search among the rows whose `ID_HASH` ``candidates`` holds."""
-    readings = readings.join(candidates, ID_HASH, "left_semi")
-    recent_silver = recent_silver.join(candidates, ID_HASH, "left_semi")
+    """`find_duplicates`'s search among the rows whose `ID_HASH` ``candidates`` holds
+    (hashes, or a relation of them)."""
+    if isinstance(candidates, DataFrame):
+        readings = readings.join(candidates, ID_HASH, "left_semi")
+        recent_silver = recent_silver.join(candidates, ID_HASH, "left_semi")
+    else:
+        readings = readings.where(in_set(ID_HASH, candidates))
+        recent_silver = recent_silver.where(in_set(ID_HASH, candidates))
     keys = readings.select("event_id", "kafka_topic", *_ORDER, "ingested_at")
     earlier_in_batch = Window.partitionBy("event_id").orderBy(*_ORDER)
     horizon = F.expr(f"INTERVAL {int(horizon_seconds)} SECONDS")
@@ -153,6 +180,13 @@ def _search(
     )
 
 
+def in_set(column: str, values: Collection[int]) -> Column:
+    """Whether the 64-bit integer ``column`` is one of ``values`` (non-empty): one SQL
+    expression, which Spark parses at once where a Python ``isin`` makes a py4j call per
+    value."""
+    return F.expr(f"`{column}` IN ({', '.join(f'{int(v)}L' for v in sorted(values))})")
+
+
 def id_hash(column: str) -> Column:
     """The 64-bit hash of the event id in ``column``: what dedup's candidates and the
     recent ids (`service.ingest.modes.recent_ids`) are found by; computed by Spark, so
@@ -189,11 +223,25 @@ def duplicate_candidates(readings: DataFrame, recent_silver: DataFrame) -> DataF
     )
 
 
-def without_duplicates(readings: DataFrame, duplicates: DataFrame) -> DataFrame:
+def without_duplicates(
+    readings: DataFrame,
+    duplicates: DataFrame,
+    coordinates: Collection[tuple[int, int]] | None = None,
+) -> DataFrame:
     """``readings`` but the ones at the Kafka coordinates of ``duplicates`` (`find_duplicates`).
 
-    ``duplicates`` is broadcast: it is at most one batch's key columns.
+    Given those ``coordinates`` (partition, offset), up to `IN_SET` of them, the readings
+    are filtered by IN sets; else ``duplicates`` is broadcast (a Spark job of its own): it
+    is at most one batch's key columns.
     """
+    if coordinates is not None and len(coordinates) <= IN_SET:
+        offsets: dict[int, list[int]] = {}
+        for partition, offset in coordinates:
+            offsets.setdefault(partition, []).append(offset)
+        repeat = F.lit(False)
+        for partition, at in sorted(offsets.items()):
+            repeat |= (F.col("kafka_partition") == partition) & in_set("kafka_offset", at)
+        return readings.where(~repeat)
     repeats = F.broadcast(duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in _COORDINATES]))
     same = [F.col(c) == F.col(f"_dup_{c}") for c in _COORDINATES]
     return readings.join(repeats, same[0] & same[1], "left_anti").select(*readings.columns)

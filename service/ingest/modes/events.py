@@ -30,6 +30,9 @@ from service.lake.schemas import COORDINATES, INGESTED_AT, RESCUED, duplicates_s
 from service.lake.tables import Table, contract_tables
 
 _MICROS_PER_DAY = 86_400_000_000
+# Valid readings a batch may have for its duplicates' coordinates to be collected (where
+# their count is): silver's rows are then filtered without a broadcast of them.
+COLLECTED_DUPLICATES = 10_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ class EventsSilver:
         spark = valid.sparkSession
         outcome = SilverOutcome()
         sighting = Sighting(clear=False)
+        # The duplicates' Kafka coordinates, when collected (a batch of few readings).
+        coordinates: list[tuple[int, int]] | None = None
         if self._recent is not None:
             with writes.phase("recent_ids"):
                 sighting = self._recent.sighting(
@@ -145,12 +150,19 @@ class EventsSilver:
                 if found is not None:
                     # Cached: the search runs once, for the count, the write and the filter.
                     outcome.duplicates = found.persist()
-                    outcome.duplicate_rows = found.count()
+                    if summary.valid <= COLLECTED_DUPLICATES:
+                        coordinates = [
+                            (r.kafka_partition, r.kafka_offset)
+                            for r in found.select(*COORDINATES).collect()
+                        ]
+                        outcome.duplicate_rows = len(coordinates)
+                    else:
+                        outcome.duplicate_rows = found.count()
         found, fresh = outcome.duplicates, events
         pending: list[Callable[[], object]] = []
         if found is not None and outcome.duplicate_rows:
             pending.append(lambda: writes.append(found, self.duplicates))
-            fresh = without_duplicates(events, found)
+            fresh = without_duplicates(events, found, coordinates)
         if summary.valid > outcome.duplicate_rows:
             pending.append(lambda: self._committed(writes.append(fresh, self.silver)))
         if not dry_run:

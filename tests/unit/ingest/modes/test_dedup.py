@@ -20,17 +20,11 @@ from service.ingest.modes.dedup import (
     without_duplicates,
 )
 from service.lake.schemas import SENSOR_DUPLICATES, SILVER_SENSOR_READINGS
-from tests.support.records import readings
+from tests.support.records import id_hashes, readings
 from tests.support.spark import jobs_of
 
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 HORIZON = 3600
-
-
-def hashes(spark: SparkSession, *ids: str) -> frozenset[int]:
-    """The `dedup.id_hash`es of ``ids``."""
-    named = spark.createDataFrame([(i,) for i in ids], "event_id string")
-    return frozenset(r.h for r in named.select(dedup.id_hash("event_id").alias("h")).collect())
 
 
 def candidate_ids(batch: DataFrame, silver: DataFrame) -> list[str]:
@@ -41,26 +35,39 @@ def candidate_ids(batch: DataFrame, silver: DataFrame) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("rows", "local_ids", "collide", "given"),
+    ("rows", "local_ids", "in_set", "collide", "given"),
     [
-        (6, 10, False, False),
-        (6, 2, False, False),
-        (BROADCAST_IDS + 1, 10, False, False),
-        (6, 10, True, False),
-        (6, 10, False, True),
+        (6, 10, 10, False, False),
+        (6, 10, 2, False, False),
+        (6, 2, 10, False, False),
+        (BROADCAST_IDS + 1, 10, 10, False, False),
+        (6, 10, 10, True, False),
+        (6, 10, 10, False, True),
+        (6, 10, 2, False, True),
     ],
-    ids=["broadcast-collected", "broadcast-planned", "planned-by-spark", "one-hash", "given"],
+    ids=[
+        "in-set-collected",
+        "broadcast-collected",
+        "broadcast-planned",
+        "planned-by-spark",
+        "one-hash",
+        "given",
+        "given-broadcast",
+    ],
 )
 def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
     spark: SparkSession,
     rows: int,
     local_ids: int,
+    in_set: int,
     collide: bool,
     given: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Three candidates below: collected and handed back, or more than LOCAL_IDS.
+    # Three or four candidates below: collected and named in the plan or broadcast, or
+    # more than LOCAL_IDS.
     monkeypatch.setattr(dedup, "LOCAL_IDS", local_ids)
+    monkeypatch.setattr(dedup, "IN_SET", in_set)
     if collide:
         # Every id with one hash: every reading a candidate, and the same verdicts.
         one_hash = F.lit(7).cast("long")
@@ -86,11 +93,11 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
     )
     # Given: the hashes of the ids silver holds or the batch repeats (`RecentIds`'s), which
     # the search narrows to without a job of its own.
-    candidates = hashes(spark, "seen", "old", "replayed", "twice") if given else None
+    candidates = id_hashes(spark, "seen", "old", "replayed", "twice") if given else None
     found: list[DataFrame | None] = []
     jobs = jobs_of(
         spark,
-        f"dedup-{rows}-{local_ids}-{collide}-{given}",
+        f"dedup-{rows}-{local_ids}-{in_set}-{collide}-{given}",
         lambda: found.append(
             find_duplicates(batch, silver, HORIZON, rows, "event_id", SENSOR_DUPLICATES, candidates)
         ),
@@ -100,6 +107,10 @@ def test_repeats_within_the_horizon_are_duplicates_and_replays_are_not(
     assert duplicates is not None
     fresh = without_duplicates(batch, duplicates)
     assert ["new", "old", "replayed", "twice"] == sorted(r.event_id for r in fresh.collect())
+    # Given the duplicates' coordinates, the same readings, without a broadcast (its job).
+    named = without_duplicates(batch, duplicates, [(2, 10), (1, 21)])
+    assert sorted(fresh.collect()) == sorted(named.collect())
+    assert "BroadcastExchange" not in named._jdf.queryExecution().executedPlan().toString()
     assert [("seen", 2, 10, 0, 1), ("twice", 1, 21, 0, 20)] == sorted(
         (r.event_id, r.kafka_partition, r.kafka_offset, r.original_kafka_partition,
          r.original_kafka_offset)
@@ -141,6 +152,14 @@ def test_an_id_is_a_candidate_when_its_partitions_or_its_offsets_differ(
     candidates = duplicate_candidates(with_id_hash(batch), with_id_hash(silver))
     plan = candidates._jdf.queryExecution().executedPlan().toString()
     assert ("HashAggregate" in plan, "SortAggregate" in plan) == (True, False), plan
+
+
+def test_an_in_set_holds_exactly_its_values_to_the_extremes_of_64_bits(
+    spark: SparkSession,
+) -> None:
+    values = spark.createDataFrame([(v,) for v in (-(2**63), -1, 0, 5, 2**63 - 1)], "v long")
+    chosen = {-(2**63), 0, 2**63 - 1}
+    assert sorted(chosen) == sorted(r.v for r in values.where(dedup.in_set("v", chosen)).collect())
 
 
 def test_a_batch_without_repeats_has_no_duplicates(spark: SparkSession) -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from service.ingest.modes.dedup import find_duplicates, id_hash
+from service.ingest.modes.dedup import find_duplicates
 from service.ingest.modes.recent_ids import RecentIds, Sighting
 from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
 from service.lake.schemas import SENSOR_DUPLICATES as DUPLICATES
 from service.lake.tables import SENSOR_READINGS
 from tests.support.lake import LOCAL_FILES
-from tests.support.records import readings
+from tests.support.records import id_hashes, readings
 from tests.support.spark import jobs_of
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -99,28 +99,23 @@ def test_a_batch_skips_the_search_only_when_it_finds_nothing(
     # A repeat of silver's: the search reads the files of the batch it repeats only.
     at = [T0 + timedelta(minutes=m) for m in range(8)]
 
-    def hashes(*ids: str) -> frozenset[int]:
-        """The id hashes of ``ids``: a sighting's candidates."""
-        named = spark.createDataFrame([(i,) for i in ids], "event_id string")
-        return frozenset(r.h for r in named.select(id_hash("event_id").alias("h")).collect())
-
-    assert Sighting(False, ((at[0], at[0]),), hashes("a")) == writer.batch(["a", "d"], 2)
+    assert Sighting(False, ((at[0], at[0]),), id_hashes(spark, "a")) == writer.batch(["a", "d"], 2)
     assert 1 == writer.files_searched  # of the two in silver
     # A repeat within the batch: no silver row shares an id with it, no file is read.
-    assert Sighting(False, (), hashes("e")) == writer.batch(["e", "e"], 3)
+    assert Sighting(False, (), id_hashes(spark, "e")) == writer.batch(["e", "e"], 3)
     assert 0 == writer.files_searched
 
     # Another writer's row: the ids are loaded again (one window: the rows' arrivals),
     # its id with them.
     other = readings(spark, [("x", 1, 5, at[4])])
     other.write.format("delta").mode("append").save(uri)
-    assert Sighting(False, ((at[0], at[4]),), hashes("x")) == writer.batch(["x"], 5)
+    assert Sighting(False, ((at[0], at[4]),), id_hashes(spark, "x")) == writer.batch(["x"], 5)
     assert writer.batch(["f"], 6).clear
 
     # A new writer (a restart) loads silver's ids.
     writer = Writer(spark, uri)
     writer.batches = 100
-    assert Sighting(False, ((at[0], at[6]),), hashes("b")) == writer.batch(["b"], 7)
+    assert Sighting(False, ((at[0], at[6]),), id_hashes(spark, "b")) == writer.batch(["b"], 7)
 
     # Beyond the horizon (and its slack), ids are forgotten; an id there is no repeat.
     assert writer.batch(["a"], 130).clear
