@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from service.ingest.offset_gaps import PartitionRead
@@ -42,6 +42,8 @@ class BatchSummary:
     first_arrival: datetime | None
     last_arrival: datetime | None
     partitions: dict[int, PartitionRead] = field(default_factory=dict)
+    # The ids (their hashes) of its valid rows, when collected with it (`summarize`).
+    ids: tuple[int, ...] | None = None
 
     @property
     def valid(self) -> int:
@@ -49,9 +51,10 @@ class BatchSummary:
         return self.rows_in - sum(self.quarantined.values())
 
 
-def summarize(parsed: DataFrame) -> BatchSummary:
+def summarize(parsed: DataFrame, ids: Column | None = None) -> BatchSummary:
     """Rows in, rejected rows per error code, the arrival bounds and the offsets read per
-    partition, in one pass (it caches)."""
+    partition, in one pass (it caches); with ``ids``, the values of that column that are
+    not null (a valid row's id hash, `EventsSilver.batch_ids`) in the same pass."""
     groups = (
         parsed.groupBy("kafka_partition", "error_code")
         .agg(
@@ -60,6 +63,7 @@ def summarize(parsed: DataFrame) -> BatchSummary:
             F.unix_micros(F.max("kafka_timestamp")).alias("last"),
             F.min("kafka_offset").alias("first_offset"),
             F.max("kafka_offset").alias("last_offset"),
+            *([] if ids is None else [F.collect_list(ids).alias("ids")]),
         )
         .collect()
     )
@@ -82,6 +86,7 @@ def summarize(parsed: DataFrame) -> BatchSummary:
         first_arrival=utc_from_micros(min(firsts)) if firsts else None,
         last_arrival=utc_from_micros(max(lasts)) if lasts else None,
         partitions=partitions,
+        ids=None if ids is None else tuple(i for g in groups for i in g["ids"]),
     )
 
 

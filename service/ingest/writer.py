@@ -103,17 +103,19 @@ class BatchWriter(QueryWriter):
             start, end = self._ranges.of(batch_id)
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
+            # A small batch's summary collects its valid rows' ids for silver's recent ids.
+            ids = self._silver.batch_ids if is_small(start, end) else None
             try:
                 # The exact checks' plan for the batch's pending rows, built (py4j calls,
                 # no job) while the summary's job finds whether there are any.
                 exact = self._workers.submit(self._exact_checks, marked)
                 with profile.phase("read_validate"):
-                    summary = summarize(marked)
+                    summary = summarize(marked, ids)
                 batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
                 gaps = _offset_gaps(marked, summary, start, end, self.query, batch_writes)
-                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact)
+                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact, ids)
             finally:
                 marked.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -141,9 +143,11 @@ class BatchWriter(QueryWriter):
         gaps: OffsetGaps,
         ranges: tuple[Mapping[int, int], Mapping[int, int]],
         exact: Future[DataFrame | None],
+        ids: Column | None,
     ) -> BatchOutcome:
         """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
-        left pending, if any, then the quarantine and silver at once."""
+        left pending, if any (collecting ``ids`` as the summary did), then the quarantine and
+        silver at once."""
         silver = SilverOutcome()
         checked: DataFrame | None = None
 
@@ -152,7 +156,7 @@ class BatchWriter(QueryWriter):
             parsed = marked.drop(DECIDED)
             if PENDING in summary.quarantined:
                 with batch_writes.phase("exact_checks"):
-                    parsed, checked, summary = self._check_exactly(marked, summary, exact)
+                    parsed, checked, summary = self._check_exactly(marked, summary, exact, ids)
                 parsed = in_one_task_if_small(parsed, *ranges)
             valid, invalid = split_valid_invalid(parsed)
 
@@ -198,20 +202,34 @@ class BatchWriter(QueryWriter):
         return self.stream.exact.apply(pending).drop(*TEXT_VIEWS)
 
     def _check_exactly(
-        self, marked: DataFrame, summary: BatchSummary, exact: Future[DataFrame | None]
+        self,
+        marked: DataFrame,
+        summary: BatchSummary,
+        exact: Future[DataFrame | None],
+        ids: Column | None,
     ) -> tuple[DataFrame, DataFrame, BatchSummary]:
         """The batch's rows with the exact checks' outcome (``exact``) where the fast path
         left it `PENDING`; those rows (cached: the caller unpersists them); the summary
-        with their rejects per code."""
+        with their rejects per code (and, with ``ids``, the ids of the valid ones)."""
         checks = exact.result()
         assert checks is not None  # only a fast path leaves rows pending
         checked = checks.persist()
-        counts = checked.where(F.col("error_code").isNotNull()).groupBy("error_code").count()
+        counts = checked.groupBy("error_code").agg(
+            F.count(F.lit(1)).alias("count"),
+            *([] if ids is None else [F.collect_list(ids).alias("ids")]),
+        )
         quarantined = {k: v for k, v in summary.quarantined.items() if k != PENDING}
+        valid_ids: list[int] = []
         for row in counts.collect():
-            quarantined[row["error_code"]] = int(row["count"])
+            if row["error_code"] is not None:
+                quarantined[row["error_code"]] = int(row["count"])
+            elif ids is not None:
+                valid_ids = row["ids"]
         parsed = self.stream.validation.complete(marked, checked)
-        return parsed, checked, replace(summary, quarantined=quarantined)
+        completed = replace(summary, quarantined=quarantined)
+        if summary.ids is not None:
+            completed = replace(completed, ids=(*summary.ids, *valid_ids))
+        return parsed, checked, completed
 
 
 # A batch covering at most this many offsets is read, validated and written in one task
@@ -221,16 +239,19 @@ class BatchWriter(QueryWriter):
 ONE_TASK_OFFSETS = 10_000
 
 
+def is_small(start: Mapping[int, int], end: Mapping[int, int]) -> bool:
+    """Whether a batch covering ``start``..``end`` (offsets per partition) covers at most
+    `ONE_TASK_OFFSETS` offsets (not when a partition's start is unknown)."""
+    known = bool(end) and all(p in start for p in end)
+    return known and sum(end[p] - start[p] for p in end) <= ONE_TASK_OFFSETS
+
+
 def in_one_task_if_small(
     rows: DataFrame, start: Mapping[int, int], end: Mapping[int, int]
 ) -> DataFrame:
-    """``rows`` of a batch covering ``start``..``end`` (offsets per partition) in one
-    partition (no shuffle) when it covers at most `ONE_TASK_OFFSETS` offsets; as read
-    otherwise, or when a partition's start is unknown."""
-    known = bool(end) and all(p in start for p in end)
-    if known and sum(end[p] - start[p] for p in end) <= ONE_TASK_OFFSETS:
-        return rows.coalesce(1)
-    return rows
+    """``rows`` of a batch covering ``start``..``end`` in one partition (no shuffle) when it
+    `is_small`; as read otherwise."""
+    return rows.coalesce(1) if is_small(start, end) else rows
 
 
 @dataclass(frozen=True)

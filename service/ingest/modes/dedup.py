@@ -187,10 +187,10 @@ def in_set(column: str, values: Collection[int]) -> Column:
     return F.expr(f"`{column}` IN ({', '.join(f'{int(v)}L' for v in sorted(values))})")
 
 
-def id_hash(column: str) -> Column:
-    """The 64-bit hash of the event id in ``column``: what dedup's candidates and the
-    recent ids (`service.ingest.modes.recent_ids`) are found by; computed by Spark, so
-    no id leaves the JVM."""
+def id_hash(column: str | Column) -> Column:
+    """The 64-bit hash of the event id in ``column`` (of silver's type): what dedup's
+    candidates and the recent ids (`service.ingest.modes.recent_ids`) are found by;
+    computed by Spark, so no id leaves the JVM."""
     return F.xxhash64(column)
 
 

@@ -182,6 +182,11 @@ class EntitiesSilver:
         """The table it writes."""
         return (self.silver,)
 
+    @property
+    def batch_ids(self) -> None:
+        """None: it keeps no recent ids (`EventsSilver.batch_ids`)."""
+        return None
+
     def write(
         self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
     ) -> SilverOutcome:

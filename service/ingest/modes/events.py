@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from service.config import Settings
 from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
-from service.ingest.modes.dedup import find_duplicates, without_duplicates
+from service.ingest.modes.dedup import find_duplicates, id_hash, without_duplicates
 from service.ingest.modes.recent_ids import RecentIds, Sighting
 from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import Violation, rescued_fields
@@ -84,6 +84,15 @@ class Events:
             [F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields]
         )
 
+    def valid_id_hash(self) -> Column:
+        """Over a validated row (`OUTCOME`, the fast path's record or the exact checks'): the
+        `id_hash` of its silver row's id when it is valid, else null."""
+        contract = self.contract
+        assert contract.id_field is not None
+        silver_id = silver_schema(contract)[contract.id_field].dataType
+        valid = F.col("error_code").isNull()
+        return F.when(valid, id_hash(F.col("record")[contract.id_field].cast(silver_id)))
+
     def silver_writes(self, settings: Settings, keep_recent_ids: bool) -> EventsSilver:
         """Its silver writes (``keep_recent_ids``: see `EventsSilver`)."""
         return EventsSilver(self, settings, keep_recent_ids)
@@ -119,6 +128,12 @@ class EventsSilver:
         """The tables it writes."""
         return (self.silver, self.duplicates)
 
+    @property
+    def batch_ids(self) -> Column | None:
+        """`Events.valid_id_hash`, which the recent ids take a small batch's ids by (from its
+        summary, `summarize`); None without recent ids."""
+        return None if self._recent is None else self.mode.valid_id_hash()
+
     def write(
         self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
     ) -> SilverOutcome:
@@ -133,7 +148,7 @@ class EventsSilver:
         if self._recent is not None:
             with writes.phase("recent_ids"):
                 sighting = self._recent.sighting(
-                    spark, events, summary.valid, summary.first_arrival, summary.last_arrival
+                    spark, summary.ids, summary.first_arrival, summary.last_arrival
                 )
         if not sighting.clear:
             with writes.phase("dedup"):

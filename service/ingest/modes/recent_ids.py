@@ -16,7 +16,8 @@ narrows to the batch's ids that are kept or that the batch repeats
 
 The ids are loaded from silver's files (`LiveFiles`) whenever silver's version is
 not the one kept (a start, maintenance, any other writer), and each batch's ids are
-added as it writes. Only small batches are collected to the driver, and only while
+added as it writes. Only small batches' ids are collected to the driver (by the batch's
+first job, `service.ingest.batch.summarize`, and its exact checks'), and only while
 silver holds few ids from the floor on (when it holds more, a load is tried again
 every 5 minutes). At high rates batches are large, their fixed cost matters less,
 and every batch searches.
@@ -27,12 +28,12 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from service.ingest.batch import utc_from_micros
@@ -101,25 +102,24 @@ class RecentIds:
     def sighting(
         self,
         spark: SparkSession,
-        readings: DataFrame,
-        rows: int,
+        ids: Sequence[int] | None,
         first: datetime | None,
         last: datetime | None,
     ) -> Sighting:
-        """What the kept ids say of ``readings`` (``rows`` of them, arriving within
-        ``[first, last]``, UTC): clear when few enough to collect, their ids distinct and
-        unseen; else where silver's rows sharing their ids arrived, when all are kept.
+        """What the kept ids say of a batch's readings with ``ids`` (their `id_hash`es,
+        None when not collected), arriving within ``[first, last]`` (UTC): clear when few
+        enough, distinct and unseen; else where silver's rows sharing them arrived, when
+        all are kept.
 
-        Their ids are kept (while any are), so call it once per batch, before its commit.
+        Its ids are kept (while any are), so call it once per batch, before its commit.
         """
-        if first is None or last is None or rows > self._small:
+        if first is None or last is None or ids is None or len(ids) > self._small:
             self._drop()
             return Sighting(clear=False)
         start = first - self._horizon
         if not self._current(spark, start - _SLACK):
             return Sighting(clear=False)
         self._expire(start - _SLACK)
-        ids = [r.id for r in readings.select(id_hash(self._id).alias("id")).collect()]
         batch = frozenset(ids)
         shared = [(window, batch & kept) for window, kept in self._kept]
         sharing = tuple(window for window, ids_shared in shared if ids_shared)

@@ -7,11 +7,16 @@ import json
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from service.contracts.loading import parse_contract
 from service.contracts.model import Contract
+from service.ingest.batch import summarize
 from service.ingest.fast_path import FAST, FastPath
-from service.ingest.modes import parse_records
+from service.ingest.modes import DECIDED, OUTCOME, Validation, parse_records
+from service.ingest.modes.dedup import id_hash
+from service.ingest.modes.events import Events
+from service.ingest.validation import split_valid_invalid
 from tests.support.contracts import DRAFT, changed, orders, shipped
 from tests.support.records import HEX, bronze_frame
 
@@ -199,6 +204,22 @@ def test_the_fast_path_decides_as_the_exact_checks(spark: SparkSession) -> None:
     ]
     # repr tells -0.0 from 0.0, which compare equal.
     assert [repr(r) for r in both[0]] == [repr(r) for r in both[1]]
+    # The ids a small batch's summary and its exact checks collect (the driver's recent
+    # ids) are those of its silver rows, whichever path decided each row.
+    validation = Validation.of(contract, MAX_PAYLOAD_BYTES, SKEW)
+    marked = validation.mark(bronze)
+    ids = Events(contract).valid_id_hash()
+    summary = summarize(marked, ids)
+    assert summary.ids is not None
+    checked = validation.exact(marked.where(~F.col(DECIDED)).drop(DECIDED, *OUTCOME))
+    exact_ids = [r.h for r in checked.select(ids.alias("h")).collect() if r.h is not None]
+    valid, _ = split_valid_invalid(validation.complete(marked))
+    silver = Events(contract).to_silver(valid).select(id_hash("id").alias("h"))
+    assert sorted(r.h for r in silver.collect()) == sorted([*summary.ids, *exact_ids])
+    assert exact_ids and (len(expected), valid.count()) == (
+        len(summary.ids),
+        len(summary.ids) + len(exact_ids),
+    )
     assert all(both[0][o].error_code is None for o in expected)
     base = both[0][0].record
     assert (base["id"], base["count"], base["ratio"], base["code"], base["both"]) == (

@@ -11,7 +11,7 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from service.ingest.modes.dedup import find_duplicates
+from service.ingest.modes.dedup import find_duplicates, id_hash
 from service.ingest.modes.recent_ids import RecentIds, Sighting
 from service.lake.delta import append_once, ensure_table
 from service.lake.live_files import LiveFiles
@@ -52,13 +52,13 @@ class Writer:
         arrival = T0 + timedelta(minutes=minute)
         rows = [(i, 0, 1000 * self.batches + n, arrival) for n, i in enumerate(ids)]
         batch = readings(self.spark, rows).coalesce(1)
+        # As the batch's summary collects them.
+        hashes = [r.h for r in batch.select(id_hash("event_id").alias("h")).collect()]
         checked: list[Sighting] = []
         self.check_jobs = jobs_of(
             self.spark,
             f"recent-{next(_GROUPS)}",
-            lambda: checked.append(
-                self.recent.sighting(self.spark, batch, len(ids), arrival, arrival)
-            ),
+            lambda: checked.append(self.recent.sighting(self.spark, hashes, arrival, arrival)),
         )
         earliest = arrival - timedelta(seconds=HORIZON)
         whole = self.found(batch, self.live.read(self.spark, earliest, arrival))
@@ -91,11 +91,11 @@ def test_a_batch_skips_the_search_only_when_it_finds_nothing(
     writer = Writer(spark, uri)
     assert writer.batch(["a", "b"], 0).clear  # loads silver's ids: none
     # Its live files (listed by the checksum of silver's version: no job) hold no
-    # arrival, so no read of silver follows: the one job collects the batch's ids.
-    assert 1 == writer.check_jobs
-    # Kept ids: the check runs one Spark job, the collect of the batch's ids.
+    # arrival, so no read of silver follows: no Spark job at all.
+    assert 0 == writer.check_jobs
+    # Kept ids: the check runs no Spark job either.
     assert writer.batch(["c"], 1).clear
-    assert (1, 3) == (writer.check_jobs, writer.recent.size)
+    assert (0, 3) == (writer.check_jobs, writer.recent.size)
     # A repeat of silver's: the search reads the files of the batch it repeats only.
     at = [T0 + timedelta(minutes=m) for m in range(8)]
 
