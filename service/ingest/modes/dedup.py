@@ -67,7 +67,8 @@ def find_duplicates(
 
     ``candidates``, when given, are id hashes that include every repeat's (`RecentIds`
     knows them in the driver): the search narrows to them without finding its own (no job
-    before the search itself), and does not run without any.
+    before the search itself), and does not run without any. Up to `IN_SET` candidates,
+    given or collected, are named in the search's plan, more are broadcast.
     """
     readings = with_id_hash(readings.withColumnRenamed(id_column, "event_id"))
     recent_silver = with_id_hash(recent_silver.withColumnRenamed(id_column, "event_id"))
