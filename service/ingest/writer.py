@@ -115,7 +115,7 @@ class BatchWriter(QueryWriter):
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
                 gaps = _offset_gaps(marked, summary, start, end, self.query, batch_writes)
-                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact, ids)
+                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact)
             finally:
                 marked.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -143,11 +143,9 @@ class BatchWriter(QueryWriter):
         gaps: OffsetGaps,
         ranges: tuple[Mapping[int, int], Mapping[int, int]],
         exact: Future[DataFrame | None],
-        ids: Column | None,
     ) -> BatchOutcome:
         """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
-        left pending, if any (collecting ``ids`` as the summary did), then the quarantine and
-        silver at once."""
+        left pending, if any, then the quarantine and silver at once."""
         silver = SilverOutcome()
         checked: DataFrame | None = None
 
@@ -156,7 +154,7 @@ class BatchWriter(QueryWriter):
             parsed = marked.drop(DECIDED)
             if PENDING in summary.quarantined:
                 with batch_writes.phase("exact_checks"):
-                    parsed, checked, summary = self._check_exactly(marked, summary, exact, ids)
+                    parsed, checked, summary = self._check_exactly(marked, summary, exact)
                 parsed = in_one_task_if_small(parsed, *ranges)
             valid, invalid = split_valid_invalid(parsed)
 
@@ -202,18 +200,15 @@ class BatchWriter(QueryWriter):
         return self.stream.exact.apply(pending).drop(*TEXT_VIEWS)
 
     def _check_exactly(
-        self,
-        marked: DataFrame,
-        summary: BatchSummary,
-        exact: Future[DataFrame | None],
-        ids: Column | None,
+        self, marked: DataFrame, summary: BatchSummary, exact: Future[DataFrame | None]
     ) -> tuple[DataFrame, DataFrame, BatchSummary]:
         """The batch's rows with the exact checks' outcome (``exact``) where the fast path
         left it `PENDING`; those rows (cached: the caller unpersists them); the summary
-        with their rejects per code (and, with ``ids``, the ids of the valid ones)."""
+        with their rejects per code (and the ids of the valid ones when it has ids)."""
         checks = exact.result()
         assert checks is not None  # only a fast path leaves rows pending
         checked = checks.persist()
+        ids = self._silver.batch_ids if summary.ids is not None else None
         counts = checked.groupBy("error_code").agg(
             F.count(F.lit(1)).alias("count"),
             *([] if ids is None else [F.collect_list(ids).alias("ids")]),

@@ -72,39 +72,29 @@ def find_duplicates(
     """
     readings = with_id_hash(readings.withColumnRenamed(id_column, "event_id"))
     recent_silver = with_id_hash(recent_silver.withColumnRenamed(id_column, "event_id"))
+    spark = readings.sparkSession
+    narrowed: Collection[int] | DataFrame
     if candidates is not None:
         if not candidates:
             return None
-        return _search(
-            readings,
-            recent_silver,
-            _hashes(readings.sparkSession, candidates),
-            horizon_seconds,
-            id_column,
-            schema,
+        narrowed = _hashes(spark, candidates)
+    else:
+        # Silver's rows whose id's hash the batch has, then the hashes at two coordinates.
+        share = rows <= BROADCAST_IDS
+        batch_ids = readings.select(ID_HASH)
+        recent_silver = recent_silver.join(
+            F.broadcast(batch_ids) if share else batch_ids, ID_HASH, "left_semi"
         )
-    # Silver's rows whose id's hash the batch has, then the hashes at two coordinates.
-    share = rows <= BROADCAST_IDS
-    batch_ids = readings.select(ID_HASH)
-    recent_silver = recent_silver.join(
-        F.broadcast(batch_ids) if share else batch_ids, ID_HASH, "left_semi"
-    )
-    found = duplicate_candidates(readings, recent_silver)
-    if share:
-        ids = found.limit(LOCAL_IDS + 1).collect()
-        if not ids:
-            return None
-        if len(ids) <= LOCAL_IDS:
-            return _search(
-                readings,
-                recent_silver,
-                _hashes(readings.sparkSession, [r[ID_HASH] for r in ids]),
-                horizon_seconds,
-                id_column,
-                schema,
-            )
-        found = F.broadcast(found)
-    return _search(readings, recent_silver, found, horizon_seconds, id_column, schema)
+        narrowed = duplicate_candidates(readings, recent_silver)
+        if share:
+            ids = narrowed.limit(LOCAL_IDS + 1).collect()
+            if not ids:
+                return None
+            if len(ids) <= LOCAL_IDS:
+                narrowed = _hashes(spark, [r[ID_HASH] for r in ids])
+            else:
+                narrowed = F.broadcast(narrowed)
+    return _search(readings, recent_silver, narrowed, horizon_seconds, id_column, schema)
 
 
 def _hashes(spark: SparkSession, hashes: Collection[int]) -> Collection[int] | DataFrame:

@@ -21,7 +21,7 @@ from service.config import Settings
 from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
 from service.ingest.modes.dedup import find_duplicates, id_hash, without_duplicates
-from service.ingest.modes.recent_ids import RecentIds, Sighting
+from service.ingest.modes.recent_ids import SMALL_BATCH, RecentIds, Sighting
 from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import Violation, rescued_fields
 from service.lake.delta import Commit
@@ -30,9 +30,6 @@ from service.lake.schemas import COORDINATES, INGESTED_AT, RESCUED, duplicates_s
 from service.lake.tables import Table, contract_tables
 
 _MICROS_PER_DAY = 86_400_000_000
-# Valid readings a batch may have for its duplicates' coordinates to be collected (where
-# their count is): silver's rows are then filtered without a broadcast of them.
-COLLECTED_DUPLICATES = 10_000
 
 
 @dataclass(frozen=True)
@@ -165,7 +162,9 @@ class EventsSilver:
                 if found is not None:
                     # Cached: the search runs once, for the count, the write and the filter.
                     outcome.duplicates = found.persist()
-                    if summary.valid <= COLLECTED_DUPLICATES:
+                    # A small batch's are collected where they are counted: silver's
+                    # rows are then filtered without a broadcast of them.
+                    if summary.valid <= SMALL_BATCH:
                         coordinates = [
                             (r.kafka_partition, r.kafka_offset)
                             for r in found.select(*COORDINATES).collect()
