@@ -123,7 +123,7 @@ def append_once(
     spark = df.sparkSession
     delta_log = java_class(spark, "org.apache.spark.sql.delta.DeltaLog")
     txn = delta_log.forTable(spark._jsparkSession, uri).startTransaction()
-    committed = _checksum_txn_version(txn.snapshot(), txn_app_id)
+    committed = checksum_txn_version(txn.snapshot(), txn_app_id)
     if committed is None and on_replay is not None:
         committed = int(txn.txnVersion(txn_app_id))  # the table's state: the slow path only
     if committed is not None and committed >= txn_version:
@@ -136,10 +136,7 @@ def append_once(
     # What `txn.txnVersion` records: a concurrent commit of this app id is a conflict.
     txn.readTxn().addOne(txn_app_id)
     files = txn.writeFiles(df._jdf)
-    now = java_class(spark, "java.lang.Long")(int(time.time() * 1000))
-    record = java_class(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
-        txn_app_id, txn_version, java_class(spark, "scala.Some")(now)
-    )
+    record = set_transaction(spark, txn_app_id, txn_version)
     # Delta 4.4's Write: the save mode, then eight optional fields a plain append leaves unset.
     unset = [java_class(spark, "scala.Option").empty()] * 8
     write = java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$Write")(
@@ -149,6 +146,15 @@ def append_once(
         version = int(txn.commit(files.appended(record), write))
     added = [f for f in scala_items(files) if f.getClass().getSimpleName() == "AddFile"]
     return Commit(version, added)
+
+
+def set_transaction(spark: SparkSession, txn_app_id: str, txn_version: int) -> Any:
+    """The ``txn`` action (a Delta ``SetTransaction``, py4j) recording batch ``txn_version``
+    of ``txn_app_id`` now."""
+    now = java_class(spark, "java.lang.Long")(int(time.time() * 1000))
+    return java_class(spark, "org.apache.spark.sql.delta.actions.SetTransaction")(
+        txn_app_id, txn_version, java_class(spark, "scala.Some")(now)
+    )
 
 
 def scala_items(collection: Any) -> list[Any]:
@@ -170,10 +176,20 @@ def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     return delta_log, delta_log.update(False, none, none)
 
 
-def _checksum_txn_version(snapshot: Any, txn_app_id: str) -> int | None:
+def checksum_txn_version(snapshot: Any, txn_app_id: str) -> int | None:
     """The app id's recorded version per the snapshot's checksum (-1: none), None if unknown."""
     recorded = _checksum_transactions(snapshot)
     return None if recorded is None else recorded.get(txn_app_id, -1)
+
+
+def checksum_files(snapshot: Any) -> list[Any] | None:
+    """The live files (``AddFile``s, py4j) that the snapshot's checksum file lists, None if
+    it has none: Delta writes them there while a table has few files
+    (``spark.databricks.delta.allFilesInCrc.*``), not for a table another writer made."""
+    checksum = snapshot.checksumOpt()
+    if checksum.isEmpty() or checksum.get().allFiles().isEmpty():
+        return None
+    return scala_items(checksum.get().allFiles().get())
 
 
 def _checksum_transactions(snapshot: Any) -> dict[str, int] | None:

@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.lake.delta import Commit, latest_snapshot, scala_items
+from service.lake.delta import Commit, checksum_files, latest_snapshot
 from service.lake.jvm import java_class
 
 # An arrival range [start, end], UTC.
@@ -123,7 +123,7 @@ class LiveFiles:
         """Keep the live files of ``snapshot``: those its checksum lists (no Spark job),
         else one reconstruction of its state (a Spark job, ~3 s in a driver's first)."""
         self._version = int(snapshot.version())
-        actions = _checksum_files(snapshot)
+        actions = checksum_files(snapshot)
         if actions is None:
             listed = snapshot.allFiles().collectAsList()
             actions = [listed.get(i) for i in range(listed.size())]
@@ -145,16 +145,6 @@ class LiveFiles:
         if low is None or high is None:
             return _File(action, None, None)
         return _File(action, _utc(low), _utc(high))
-
-
-def _checksum_files(snapshot: Any) -> list[Any] | None:
-    """The live files (``AddFile``s, py4j) that the snapshot's checksum file lists, None if
-    it has none: Delta writes them there while a table has few files
-    (``spark.databricks.delta.allFilesInCrc.*``), not for a table another writer made."""
-    checksum = snapshot.checksumOpt()
-    if checksum.isEmpty() or checksum.get().allFiles().isEmpty():
-        return None
-    return scala_items(checksum.get().allFiles().get())
 
 
 def _utc(text: str) -> datetime:

@@ -9,13 +9,24 @@ clauses make the merged state independent of the order of the changes) and by
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
+from urllib.parse import unquote
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from service.lake.delta import append_once, latest_snapshot
+from service.lake.delta import (
+    append_once,
+    checksum_files,
+    checksum_txn_version,
+    latest_snapshot,
+    scala_items,
+    set_transaction,
+)
+from service.lake.jvm import java_class
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -47,6 +58,7 @@ def merge_once(
     txn_app_id: str,
     txn_version: int,
     clauses: MergeClauses,
+    touching: Column | None = None,
 ) -> None:
     """MERGE ``rows`` (one row per target row, aliased ``s``) into the table at
     ``uri`` with ``clauses``: (join condition, update condition, update set, insert values;
@@ -68,13 +80,21 @@ def merge_once(
     rows the MERGE would insert are appended under the same txn (`append_once`), without
     the MERGE's join and its jobs: a first batch of 50 users on a cold driver wrote silver
     in 4.1-5.3 s and 6 jobs against 6.5 s and 7.
+
+    ``touching``, when given, is a predicate over the table's rows that holds for every row
+    a row of ``rows`` matches (a small batch's keys, `service.ingest.modes.entities`): the
+    files holding such rows are rewritten by `_rewrite_touched`, without Delta's MERGE.
     """
     on, changed, update, insert = clauses
     session = rows.sparkSession
-    _, snapshot = latest_snapshot(session, uri)
-    if insert and snapshot.numOfFiles() == 0:
+    delta_log, snapshot = latest_snapshot(session, uri)
+    if insert and _file_count(snapshot) == 0:
         schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
         append_once(_inserted(rows, insert, schema), uri, txn_app_id, txn_version)
+        return
+    if touching is not None and _rewrite_touched(
+        rows, delta_log, txn_app_id, txn_version, clauses, touching
+    ):
         return
     target = DeltaTable.forPath(session, uri)
     session.conf.set(_TXN_APP_ID, txn_app_id)
@@ -95,3 +115,188 @@ def merge_once(
         session.conf.unset(_TXN_VERSION)
         session.conf.unset(_MATERIALIZE_SOURCE)
         session.conf.unset(_FAIL_CACHED_SOURCE)
+
+
+def _rewrite_touched(
+    rows: DataFrame,
+    delta_log: Any,
+    txn_app_id: str,
+    txn_version: int,
+    clauses: MergeClauses,
+    touching: Column,
+) -> bool:
+    """`merge_once` of ``rows`` as Delta's MERGE would commit it, in two Spark jobs: the
+    rows ``touching`` holds for (every row a row of ``rows`` can match) joined with
+    ``rows``, for the files they are in and the MERGE's counts; then those files' rows
+    joined with ``rows``, the clauses applied, written as one file and committed with the
+    touched files removed and the txn, as a ``MERGE`` with its metrics. False, and nothing
+    done, when it cannot: without a checksum that lists the table's files and txns, or with
+    deletion vectors.
+
+    Delta's MERGE of a few rows reconstructs the table's state first (three Spark jobs) and
+    analyses a plan per pass: 2.7-3.2 s for 10 users into 1,000 on an idle warm driver.
+    """
+    started = time.monotonic()
+    spark = rows.sparkSession
+    txn = delta_log.startTransaction()
+    snapshot = txn.snapshot()
+    committed = checksum_txn_version(snapshot, txn_app_id)
+    live = checksum_files(snapshot)
+    if committed is None or live is None or any(f.deletionVector() is not None for f in live):
+        return False
+    if committed >= txn_version:
+        return True
+    on, changed, _, insert = clauses
+    source = rows.select("*", F.lit(True).alias("_source")).alias("s")
+    candidates = _files(spark, delta_log, snapshot, live).where(touching)
+    found = _joined(candidates.withColumn("_file", F.col("_metadata.file_name")), source, on)
+    in_target, in_source, updated = _sides(changed)
+    counts = found.agg(
+        F.collect_set("t._file").alias("files"),
+        F.count_if(in_source).alias("source"),
+        F.count_if(updated).alias("updated"),
+        F.count_if(in_source & ~in_target).alias("inserted"),
+    ).first()
+    assert counts is not None  # a global aggregate has one row
+    scanned = time.monotonic()
+    touched = [f for f in live if unquote(str(f.path())).rsplit("/", 1)[-1] in counts["files"]]
+    schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
+    target = _files(spark, delta_log, snapshot, touched) if touched else None
+    merged = _merged(source, target, clauses, schema)
+    txn.readWholeTable()
+    txn.readTxn().addOne(txn_app_id)
+    written = scala_items(txn.writeFiles(merged.coalesce(1)._jdf)) if merged is not None else []
+    now = time.monotonic()
+    inserted = counts["inserted"] if insert else 0
+    output = txn.getMetric("numOutputRows")
+    txn.registerSQLMetrics(
+        spark._jsparkSession,
+        _metrics(
+            spark,
+            {
+                "operationNumSourceRows": counts["source"],
+                "numTargetRowsInserted": inserted,
+                "numTargetRowsUpdated": counts["updated"],
+                "numTargetRowsMatchedUpdated": counts["updated"],
+                "numTargetRowsCopied": (
+                    output.get().value() - counts["updated"] - inserted
+                    if output.isDefined()
+                    else None
+                ),
+                "numTargetRowsDeleted": 0,
+                "numTargetFilesAdded": len(written),
+                "numTargetFilesRemoved": len(touched),
+                "numTargetBytesAdded": sum(int(f.size()) for f in written),
+                "numTargetBytesRemoved": sum(int(f.size()) for f in touched),
+                "executionTimeMs": round((now - started) * 1000),
+                "scanTimeMs": round((scanned - started) * 1000),
+                "rewriteTimeMs": round((now - scanned) * 1000),
+            },
+        ),
+    )
+    record = set_transaction(spark, txn_app_id, txn_version)
+    actions = [*written, *(f.remove() for f in touched), record]
+    txn.commit(_seq(spark, actions), _merge_operation(spark, clauses))
+    return True
+
+
+def _file_count(snapshot: Any) -> int:
+    """The number of live files of ``snapshot``: its checksum's, else from its state (which
+    Delta reconstructs in three Spark jobs)."""
+    checksum = snapshot.checksumOpt()
+    return int(snapshot.numOfFiles() if checksum.isEmpty() else checksum.get().numFiles())
+
+
+def _joined(target: DataFrame, source: DataFrame, on: str) -> DataFrame:
+    """``target``'s rows (aliased ``t``, marked ``_target``) full-outer joined with ``source``
+    (aliased ``s``, marked ``_source``) on the MERGE's condition ``on``."""
+    marked = target.select("*", F.lit(True).alias("_target")).alias("t")
+    return marked.join(source, F.expr(on), "full_outer")
+
+
+def _sides(changed: str) -> tuple[Column, Column, Column]:
+    """Over `_joined` rows: whether a target row is in it, whether a source row is, and
+    whether both are and the update condition ``changed`` holds (a null condition does
+    not, as in Delta's MERGE)."""
+    in_target, in_source = F.col("t._target").isNotNull(), F.col("s._source").isNotNull()
+    return in_target, in_source, in_target & in_source & F.coalesce(F.expr(changed), F.lit(False))
+
+
+def _merged(
+    source: DataFrame, target: DataFrame | None, clauses: MergeClauses, schema: StructType
+) -> DataFrame | None:
+    """The rows (``schema``) that replace ``target``'s (a table's rows) when ``source``
+    (aliased ``s``, marked ``_source``) is merged into them with ``clauses``: every target
+    row, updated where it matches and the update condition holds, and the inserts of the
+    source rows matching none; None when there are none (no target, no insert)."""
+    on, changed, update, insert = clauses
+    if target is None:
+        return source.select(*_assigned(insert, schema)) if insert else None
+    in_target, _, updated = _sides(changed)
+    kept = {f.name: F.col(f"t.{f.name}") for f in schema.fields}
+    columns = [
+        F.when(updated, _value(update.get(f.name, kept[f.name])))
+        .when(in_target, kept[f.name])
+        .otherwise(_value(insert.get(f.name)))
+        .cast(f.dataType)
+        .alias(f.name)
+        for f in schema.fields
+    ]
+    return _joined(target, source, on).where(in_target | F.lit(bool(insert))).select(*columns)
+
+
+def _metrics(spark: SparkSession, values: dict[str, int | None]) -> Any:
+    """A Scala map of SQL metrics (py4j) holding ``values`` (those known)."""
+    metrics = java_class(spark, "org.apache.spark.sql.execution.metric.SQLMetrics")
+    tuple_ = java_class(spark, "scala.Tuple2")
+    pairs = []
+    for name, value in values.items():
+        if value is not None:
+            metric = metrics.createMetric(spark.sparkContext._jsc.sc(), name)
+            metric.set(int(value))
+            pairs.append(tuple_(name, metric))
+    scala_map = getattr(java_class(spark, "scala.collection.immutable.Map$"), "MODULE$")
+    return getattr(scala_map, "from")(_seq(spark, pairs))
+
+
+def _assigned(values: dict[str, str | Column], schema: StructType) -> list[Column]:
+    """``values`` as ``schema``'s columns (a column without one is null)."""
+    return [_value(values.get(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields]
+
+
+def _files(spark: SparkSession, delta_log: Any, snapshot: Any, files: list[Any]) -> DataFrame:
+    """The rows of ``files`` (``AddFile``s, py4j) of ``snapshot``, as a Delta scan reads
+    them."""
+    converters = java_class(spark, "scala.jdk.javaapi.CollectionConverters")
+    chosen = java_class(spark, "java.util.ArrayList")(files)
+    none = java_class(spark, "scala.Option").empty()
+    return DataFrame(
+        delta_log.createDataFrame(snapshot, converters.asScala(chosen).toSeq(), False, none),
+        spark,
+    )
+
+
+def _seq(spark: SparkSession, items: list[Any]) -> Any:
+    """A Scala ``Seq`` of py4j objects."""
+    converters = java_class(spark, "scala.jdk.javaapi.CollectionConverters")
+    return converters.asScala(java_class(spark, "java.util.ArrayList")(items)).toSeq()
+
+
+def _merge_operation(spark: SparkSession, clauses: MergeClauses) -> Any:
+    """Delta's ``MERGE`` operation of ``clauses``, as its history records one (the
+    join condition, an update when matched and the condition holds, an insert when not)."""
+    on, changed, _, insert = clauses
+    option = java_class(spark, "scala.Option")
+    condition = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
+    predicate = java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$MergePredicate")
+    matched = [predicate(option.apply(changed), "update")]
+    not_matched = [predicate(option.empty(), "insert")] if insert else []
+    return java_class(spark, "org.apache.spark.sql.delta.DeltaOperations$Merge")(
+        option.apply(condition),
+        option.empty(),
+        option.empty(),
+        option.empty(),
+        _seq(spark, matched),
+        _seq(spark, not_matched),
+        _seq(spark, []),
+    )

@@ -27,7 +27,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from service.contracts.model import Contract
 from service.lake.local_rows import local_frame
+from service.lake.schemas import silver_schema
 
 _ORDER = ("kafka_timestamp", "kafka_partition", "kafka_offset")
 _COORDINATES = ("kafka_partition", "kafka_offset")
@@ -175,7 +177,16 @@ def in_set(column: str, values: Collection[int]) -> Column:
     """Whether the 64-bit integer ``column`` is one of ``values`` (non-empty): one SQL
     expression, which Spark parses at once where a Python ``isin`` makes a py4j call per
     value."""
-    return F.expr(f"`{column}` IN ({', '.join(f'{int(v)}L' for v in sorted(values))})")
+    return _in(f"`{column}`", values)
+
+
+def id_hash_in(column: str, hashes: Collection[int]) -> Column:
+    """Whether the `id_hash` of ``column`` is one of ``hashes`` (non-empty), as `in_set`."""
+    return _in(f"xxhash64(`{column}`)", hashes)
+
+
+def _in(expression: str, values: Collection[int]) -> Column:
+    return F.expr(f"{expression} IN ({', '.join(f'{int(v)}L' for v in sorted(values))})")
 
 
 def id_hash(column: str | Column) -> Column:
@@ -183,6 +194,15 @@ def id_hash(column: str | Column) -> Column:
     candidates and the recent ids (`service.ingest.modes.recent_ids`) are found by;
     computed by Spark, so no id leaves the JVM."""
     return F.xxhash64(column)
+
+
+def valid_hash(contract: Contract, field: str) -> Column:
+    """Over a validated row (`OUTCOME`, the fast path's record or the exact checks'): the
+    `id_hash` of its record's ``field`` as silver holds it (an event id, an entity's key)
+    when it is valid, else null."""
+    silver_type = silver_schema(contract)[field].dataType
+    valid = F.col("error_code").isNull()
+    return F.when(valid, id_hash(F.col("record")[field].cast(silver_type)))
 
 
 def with_id_hash(rows: DataFrame) -> DataFrame:

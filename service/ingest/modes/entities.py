@@ -24,6 +24,7 @@ from pyspark.sql.types import StringType
 from service.config import Settings
 from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
+from service.ingest.modes.dedup import IN_SET, id_hash_in, valid_hash
 from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import SCHEMA_ID_COLUMN, Violation, rescued_fields, shown
 from service.lake.merge import MergeClauses, merge_once
@@ -183,14 +184,18 @@ class EntitiesSilver:
         return (self.silver,)
 
     @property
-    def batch_ids(self) -> None:
-        """None: it keeps no recent ids (`EventsSilver.batch_ids`)."""
-        return None
+    def batch_ids(self) -> Column:
+        """The `valid_hash` of the key of the entity a row changes: a small batch's summary
+        collects them (`summarize`), and its MERGE rewrites only the files holding those
+        keys' rows (`merge_once`'s ``touching``)."""
+        return valid_hash(self.mode.contract, self.mode.key)
 
     def write(
         self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
     ) -> SilverOutcome:
         """MERGE the batch's newest change per entity (nothing with ``dry_run``)."""
+        keys = None if summary.ids is None else set(summary.ids)
+        touching = id_hash_in(self.mode.key, keys) if keys and len(keys) <= IN_SET else None
         if summary.valid and not dry_run:
             with writes.phase(self.silver.name):
                 writes.fence()
@@ -200,6 +205,7 @@ class EntitiesSilver:
                     writes.app_id,
                     writes.version,
                     self.mode.merge_clauses(),
+                    touching,
                 )
         return SilverOutcome({self.silver.name: summary.valid})
 

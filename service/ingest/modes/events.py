@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from service.config import Settings
 from service.contracts.model import Contract
 from service.ingest.batch import BatchSummary, SilverOutcome, Writes
-from service.ingest.modes.dedup import find_duplicates, id_hash, without_duplicates
+from service.ingest.modes.dedup import find_duplicates, valid_hash, without_duplicates
 from service.ingest.modes.recent_ids import SMALL_BATCH, RecentIds, Sighting
 from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import Violation, rescued_fields
@@ -82,13 +82,9 @@ class Events:
         )
 
     def valid_id_hash(self) -> Column:
-        """Over a validated row (`OUTCOME`, the fast path's record or the exact checks'): the
-        `id_hash` of its silver row's id when it is valid, else null."""
-        contract = self.contract
-        assert contract.id_field is not None
-        silver_id = silver_schema(contract)[contract.id_field].dataType
-        valid = F.col("error_code").isNull()
-        return F.when(valid, id_hash(F.col("record")[contract.id_field].cast(silver_id)))
+        """Over a validated row: the `valid_hash` of its event id."""
+        assert self.contract.id_field is not None
+        return valid_hash(self.contract, self.contract.id_field)
 
     def silver_writes(self, settings: Settings, keep_recent_ids: bool) -> EventsSilver:
         """Its silver writes (``keep_recent_ids``: see `EventsSilver`)."""

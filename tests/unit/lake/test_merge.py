@@ -11,6 +11,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from service.ingest.modes import parse_records
+from service.ingest.modes.dedup import id_hash_in, valid_hash
 from service.ingest.modes.entities import Entities
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake.delta import ensure_table
@@ -32,12 +33,23 @@ def merge(
     version: int,
     arrival: datetime.datetime = BATCH_ARRIVAL,
     first_offset: int = 0,
+    touched: bool = False,
 ) -> None:
-    """Parse ``records`` as one users batch and MERGE it as txn ``version``."""
+    """Parse ``records`` as one users batch and MERGE it as txn ``version``; ``touched``:
+    rewriting the files that hold the batch's keys (a small batch's, as the driver does)
+    instead of Delta's MERGE."""
     bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
     valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
     mode = Entities(CONTRACT)
-    merge_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses())
+    touching = None
+    if touched:
+        keys = {r.h for r in valid.select(valid_hash(CONTRACT, mode.key).alias("h")).collect()}
+        touching = id_hash_in(mode.key, keys)
+    merge_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses(), touching)
+
+
+# Each story runs through Delta's MERGE and through the rewrite of the touched files.
+PATHS = pytest.mark.parametrize("touched", [False, True], ids=["delta-merge", "touched-files"])
 
 
 def table_version(spark: SparkSession, uri: str) -> int:
@@ -60,8 +72,9 @@ def users_uri(spark: SparkSession, tmp_path: Path) -> str:
     return uri
 
 
+@PATHS
 def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resurrect(
-    spark: SparkSession, users_uri: str
+    spark: SparkSession, users_uri: str, touched: bool
 ) -> None:
     # Batch 0 arrives 2024-05-01 12:00: that is the change time of its tombstones.
     merge(
@@ -90,6 +103,7 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
         version=1,
         arrival=BATCH_ARRIVAL + datetime.timedelta(days=1),
         first_offset=10,
+        touched=touched,
     )
     rows = table(spark, users_uri)
     actual = {
@@ -105,6 +119,13 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
         9: (None, True, True, 12),
     }
     assert expected == actual
+    merged = DeltaTable.forPath(spark, users_uri).history(1).first()
+    assert merged is not None
+    # Both record the MERGE with the same counts.
+    counted = ("numSourceRows", "numTargetRowsInserted", "numTargetRowsUpdated")
+    written = ("numTargetRowsCopied", "numOutputRows", "numTargetFilesRemoved")
+    metrics = {k: int(merged["operationMetrics"][k]) for k in (*counted, *written)}
+    assert ("MERGE", [5, 1, 3, 2, 6, 1]) == (merged["operation"], list(metrics.values()))
 
 
 def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
@@ -119,11 +140,14 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
         ("2", profile(user_id=2, first_name="back", updated_at="2024-06-01T00:00:00Z")),
     ]
     states = []
-    for split in (1, len(changes)):
+    # One batch, then one batch per change, merged by Delta's MERGE and by the rewrite of
+    # the touched files in turn (as a driver's large and small batches are).
+    for split in (len(changes), 1):
         uri = f"file:{tmp_path}/split-{split}"
         ensure_table(LOCAL_FILES, uri, USERS)
         for version, start in enumerate(range(0, len(changes), split)):
-            merge(spark, uri, changes[start : start + split], version, first_offset=start)
+            batch = changes[start : start + split]
+            merge(spark, uri, batch, version, first_offset=start, touched=version % 2 == 1)
         states.append(
             {
                 u: (r["first_name"], r["updated_at"], r["is_deleted"], r["deleted_at"])
@@ -135,8 +159,9 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
     assert ("back", False) == (states[0][2][0], states[0][2][2])
 
 
+@PATHS
 def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
-    spark: SparkSession, users_uri: str
+    spark: SparkSession, users_uri: str, touched: bool
 ) -> None:
     merge(spark, users_uri, [("1", profile(first_name="v1", updated_at="2024-04-01T00:00:00Z"))], 1)
     version_after_first = table_version(spark, users_uri)
@@ -146,10 +171,12 @@ def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
         users_uri,
         [("1", profile(first_name="replay", updated_at="2024-04-02T00:00:00Z"))],
         1,
+        touched=touched,
     )
     version_after_replay = table_version(spark, users_uri)
     name_after_replay = table(spark, users_uri)[1]["first_name"]
-    merge(spark, users_uri, [("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))], 2)
+    v2 = [("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))]
+    merge(spark, users_uri, v2, 2, touched=touched)
     expected = (version_after_first, "v1", "v2", None)
     actual = (
         version_after_replay,
