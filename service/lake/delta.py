@@ -157,6 +157,21 @@ def set_transaction(spark: SparkSession, txn_app_id: str, txn_version: int) -> A
     )
 
 
+def files_frame(spark: SparkSession, delta_log: Any, snapshot: Any, files: list[Any]) -> DataFrame:
+    """The rows of ``files`` (``AddFile``s, py4j) of ``snapshot`` (of ``delta_log``), as a
+    Delta scan of that version reads them; no Spark job lists the table's files."""
+    none = java_class(spark, "scala.Option").empty()
+    return DataFrame(
+        delta_log.createDataFrame(snapshot, scala_seq(spark, files), False, none), spark
+    )
+
+
+def scala_seq(spark: SparkSession, items: list[Any]) -> Any:
+    """A Scala ``Seq`` of py4j objects."""
+    converters = java_class(spark, "scala.jdk.javaapi.CollectionConverters")
+    return converters.asScala(java_class(spark, "java.util.ArrayList")(items)).toSeq()
+
+
 def scala_items(collection: Any) -> list[Any]:
     """A Scala collection's elements (py4j)."""
     iterator = collection.iterator()

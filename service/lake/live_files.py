@@ -23,8 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.lake.delta import Commit, checksum_files, latest_snapshot
-from service.lake.jvm import java_class
+from service.lake.delta import Commit, checksum_files, files_frame, latest_snapshot
 
 # An arrival range [start, end], UTC.
 Window = tuple[datetime, datetime]
@@ -79,17 +78,13 @@ class LiveFiles:
         if self._files is None:
             return spark.read.format("delta").load(self.uri).where(window)
         low, high = start.astimezone(UTC), None if end is None else end.astimezone(UTC)
-        chosen = java_class(spark, "java.util.ArrayList")()
-        for file in self._files:
-            if file.may_hold(low, high) and (
-                near is None or any(file.may_hold(*window) for window in near)
-            ):
-                chosen.add(file.action)
-        converters = java_class(spark, "scala.jdk.javaapi.CollectionConverters")
-        files = converters.asScala(chosen).toSeq()
-        none = java_class(spark, "scala.Option").empty()
-        chosen_only = delta_log.createDataFrame(snapshot, files, False, none)
-        return DataFrame(chosen_only, spark).where(window)
+        chosen = [
+            file.action
+            for file in self._files
+            if file.may_hold(low, high)
+            and (near is None or any(file.may_hold(*window) for window in near))
+        ]
+        return files_frame(spark, delta_log, snapshot, chosen).where(window)
 
     def holds_none(self, start: datetime, end: datetime | None) -> bool:
         """Whether the statistics of the files kept (of the version `version` or `read`

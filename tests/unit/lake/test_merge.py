@@ -175,7 +175,9 @@ def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
     )
     version_after_replay = table_version(spark, users_uri)
     name_after_replay = table(spark, users_uri)[1]["first_name"]
-    v2 = [("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))]
+    v2: list[tuple[str | None, str | None]] = [
+        ("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))
+    ]
     merge(spark, users_uri, v2, 2, touched=touched)
     expected = (version_after_first, "v1", "v2", None)
     actual = (
