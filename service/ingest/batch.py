@@ -54,7 +54,8 @@ class BatchSummary:
 def summarize(parsed: DataFrame, ids: Column | None = None) -> BatchSummary:
     """Rows in, rejected rows per error code, the arrival bounds and the offsets read per
     partition, in one pass (it caches); with ``ids``, the values of that column that are
-    not null (a valid row's id hash, `EventsSilver.batch_ids`) in the same pass."""
+    not null (a valid row's id or key hash, a silver writer's ``batch_ids``), in the same
+    pass."""
     groups = (
         parsed.groupBy("kafka_partition", "error_code")
         .agg(

@@ -103,7 +103,8 @@ class BatchWriter(QueryWriter):
             start, end = self._ranges.of(batch_id)
             rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
-            # A small batch's summary collects its valid rows' ids for silver's recent ids.
+            # A small batch's summary collects its valid rows' ids (hashed) for silver's
+            # writes: an events contract's recent ids, an entities contract's MERGE.
             ids = self._silver.batch_ids if is_small(start, end) else None
             try:
                 # The exact checks' plan for the batch's pending rows, built (py4j calls,
