@@ -126,8 +126,9 @@ def _rewrite_touched(
     ``rows``, for the files they are in and the MERGE's counts; then those files' rows
     joined with ``rows``, the clauses applied, written as one file and committed with the
     touched files removed and the txn, as a ``MERGE`` with its metrics. False, and nothing
-    done, when it cannot: without a checksum that lists the table's files and txns, or with
-    deletion vectors.
+    done, when it cannot: without a checksum that lists the table's files and txns, with
+    deletion vectors, or with a clause that sets a column the table lacks (Delta's MERGE
+    refuses it).
 
     Delta's MERGE of a few rows reconstructs the table's state first (three Spark jobs) and
     analyses a plan per pass: 2.7-3.2 s for 10 users into 1,000 on an idle warm driver.
@@ -138,11 +139,17 @@ def _rewrite_touched(
     snapshot = txn.snapshot()
     committed = checksum_txn_version(snapshot, txn_app_id)
     live = checksum_files(snapshot)
-    if committed is None or live is None or any(f.deletionVector() is not None for f in live):
+    schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
+    on, changed, update, insert = clauses
+    if (
+        committed is None
+        or live is None
+        or any(f.deletionVector() is not None for f in live)
+        or not {*update, *insert} <= set(schema.fieldNames())
+    ):
         return False
     if committed >= txn_version:
         return True
-    on, changed, _, insert = clauses
     source = rows.select("*", F.lit(True).alias("_source")).alias("s")
     candidates = files_frame(spark, delta_log, snapshot, live).where(touching)
     found = _joined(candidates.withColumn("_file", F.col("_metadata.file_name")), source, on)
@@ -156,7 +163,6 @@ def _rewrite_touched(
     assert counts is not None  # a global aggregate has one row
     scanned = time.monotonic()
     touched = [f for f in live if unquote(str(f.path())).rsplit("/", 1)[-1] in counts["files"]]
-    schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
     target = files_frame(spark, delta_log, snapshot, touched) if touched else None
     merged = _merged(source, target, clauses, schema)
     txn.readWholeTable()
