@@ -154,13 +154,13 @@ def _rewrite_touched(
     candidates = files_frame(spark, delta_log, snapshot, live).where(touching)
     found = _joined(candidates.withColumn("_file", F.col("_metadata.file_name")), source, on)
     in_target, in_source, updated = _sides(changed)
-    counts = found.agg(
+    # A global aggregate's one row, collected in one job (``first`` may run several).
+    [counts] = found.agg(
         F.collect_set("t._file").alias("files"),
         F.count_if(in_source).alias("source"),
         F.count_if(updated).alias("updated"),
         F.count_if(in_source & ~in_target).alias("inserted"),
-    ).first()
-    assert counts is not None  # a global aggregate has one row
+    ).collect()
     scanned = time.monotonic()
     touched = [f for f in live if unquote(str(f.path())).rsplit("/", 1)[-1] in counts["files"]]
     target = files_frame(spark, delta_log, snapshot, touched) if touched else None

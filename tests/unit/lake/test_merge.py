@@ -20,6 +20,7 @@ from service.lake.tables import SHIPPED, USERS
 from tests.support.lake import LOCAL_FILES
 from tests.support.payloads import profile
 from tests.support.records import bronze_frame
+from tests.support.spark import jobs_of
 
 APP = "silver_users-test"
 CONTRACT = SHIPPED.contracts["users"]
@@ -34,10 +35,10 @@ def merge(
     arrival: datetime.datetime = BATCH_ARRIVAL,
     first_offset: int = 0,
     touched: bool = False,
-) -> None:
+) -> int:
     """Parse ``records`` as one users batch and MERGE it as txn ``version``; ``touched``:
     rewriting the files that hold the batch's keys (a small batch's, as the driver does)
-    instead of Delta's MERGE."""
+    instead of Delta's MERGE. Returns the Spark jobs the MERGE ran."""
     bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
     valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
     mode = Entities(CONTRACT)
@@ -45,7 +46,18 @@ def merge(
     if touched:
         keys = {r.h for r in valid.select(valid_hash(CONTRACT, mode.key).alias("h")).collect()}
         touching = id_hash_in(mode.key, keys)
-    merge_once(mode.latest_changes(valid), uri, APP, version, mode.merge_clauses(), touching)
+    changes, clauses = mode.latest_changes(valid), mode.merge_clauses()
+    # A small batch as a driver's runs it: without adaptive execution (a job per shuffle
+    # stage), which changes how many files an append writes.
+    spark.conf.set("spark.sql.adaptive.enabled", str(not touched).lower())
+    try:
+        return jobs_of(
+            spark,
+            f"merge-{uri}-{version}",
+            lambda: merge_once(changes, uri, APP, version, clauses, touching),
+        )
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
 
 
 # Each story runs through Delta's MERGE and through the rewrite of the touched files.
@@ -89,7 +101,7 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
         ],
         version=0,
     )
-    merge(
+    jobs = merge(
         spark,
         users_uri,
         [
@@ -126,6 +138,10 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
     written = ("numTargetRowsCopied", "numOutputRows", "numTargetFilesRemoved")
     metrics = {k: int(merged["operationMetrics"][k]) for k in (*counted, *written)}
     assert ("MERGE", [5, 1, 3, 2, 6, 1]) == (merged["operation"], list(metrics.values()))
+    if touched:
+        # Two Spark jobs: the touched files with the counts, then their rewrite (Delta's
+        # MERGE: its state reconstruction and its passes).
+        assert 2 == jobs
 
 
 def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
