@@ -2,11 +2,12 @@
 
 ``python deploy/bench/merge_bench.py [--users N] [--changes C] [--rounds K]`` writes N
 users into two silver/users tables, then merges K batches of C changed users into each,
-in turn, on a local[2] session configured as the service's (a warm driver, nothing else
-running): one table by Delta's MERGE, the other by the rewrite of the files that hold
-the batch's keys (what a driver's small batch takes, `merge_once`'s ``touching``). It
-prints each path's p50, least and greatest time per MERGE (the first round of each
-excluded: its code generation) and fails unless the two tables end equal.
+in turn, on a local[2] session configured as the service's, adaptive execution off as in
+an ingest batch (a warm driver, nothing else running): one table by Delta's MERGE, the
+other by the rewrite of the files that hold the batch's keys (what a driver's small batch
+takes, `merge_once`'s ``touching``). It prints each path's p50, least and greatest time
+per MERGE (the first round of each excluded: its code generation) and fails unless the
+two tables end equal.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     spark = build_spark(settings)
     spark.sparkContext.setLogLevel("ERROR")
+    # As a driver's ingest batch runs (`service.ingest.writer`): without adaptive execution.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
     files = ObjectFiles(settings)
     mode = Entities(_CONTRACT)
     uris = {path: f"file:{root}/{path}/silver/users" for path in ("delta-merge", "touched")}
