@@ -4,14 +4,18 @@ batch's ``txnAppId``/``txnVersion``, so that Delta skips a replayed batch as a w
 Used for the upserts of a keyed silver table (`service.ingest.modes.entities`, whose
 clauses make the merged state independent of the order of the changes) and by
 ``promote``. A small batch, whose keys the driver knows, is merged without Delta's MERGE:
-the files holding its keys are rewritten and committed as the MERGE would commit them
-(`merge_once`'s ``touching``), at a third of its cost.
+the files holding its keys (a small table's every file, in the one Spark job that writes
+them) are rewritten and committed as the MERGE would commit them (`merge_once`'s
+``touching``), at a third of its cost or less.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -36,6 +40,10 @@ _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 _FAIL_CACHED_SOURCE = "spark.databricks.delta.merge.failSourceCachedAfterMaterialization"
+# A table whose live files hold at most this many bytes is merged in one pass (every file
+# rewritten, the counts taken as it is written): a pass to find the touched files costs a
+# Spark job, more than rewriting a few MiB (a compacted table's one file is touched anyway).
+ONE_PASS_BYTES = 2 * 1024 * 1024
 
 # (join condition, update condition, update set, insert values) of a MERGE.
 MergeClauses = tuple[str, str, dict[str, str | Column], dict[str, str | Column]]
@@ -89,7 +97,7 @@ def merge_once(
         append_once(inserted, uri, txn_app_id, txn_version)
         return
     if touching is not None and _rewrite_touched(
-        rows, delta_log, txn_app_id, txn_version, clauses, touching
+        rows, delta_log, snapshot, txn_app_id, txn_version, clauses, touching
     ):
         return
     target = DeltaTable.forPath(session, uri)
@@ -116,26 +124,31 @@ def merge_once(
 def _rewrite_touched(
     rows: DataFrame,
     delta_log: Any,
+    latest: Any,
     txn_app_id: str,
     txn_version: int,
     clauses: MergeClauses,
     touching: Column,
 ) -> bool:
-    """`merge_once` of ``rows`` as Delta's MERGE would commit it, in two Spark jobs: the
-    rows ``touching`` holds for (every row a row of ``rows`` can match) joined with
-    ``rows``, for the files they are in and the MERGE's counts; then those files' rows
-    joined with ``rows``, the clauses applied, written as one file and committed with the
-    touched files removed and the txn, as a ``MERGE`` with its metrics. False, and nothing
-    done, when it cannot: without a checksum that lists the table's files and txns, with
-    deletion vectors, or with a clause that sets a column the table lacks (Delta's MERGE
-    refuses it).
+    """`merge_once` of ``rows`` as Delta's MERGE would commit it: the files holding a row
+    that a row of ``rows`` matches (among those ``touching`` holds for), found in a Spark
+    job of their own (`_touched_files`) unless the table is small (`ONE_PASS_BYTES`: then
+    all of them); those files' rows joined with ``rows``, the clauses applied, written as
+    one file and committed with the touched files removed and the txn, as a ``MERGE`` with
+    its metrics. The transaction
+    reads ``latest`` (the snapshot `merge_once` listed the log for): a concurrent commit
+    after it is Delta's conflict check's. False, and nothing done, when it cannot: without
+    a checksum that lists the table's files and txns, with deletion vectors, with a clause
+    that sets a column the table lacks (Delta's MERGE refuses it), or when a matched row's
+    file is not among the checksum's.
 
     Delta's MERGE of a few rows reconstructs the table's state first (three Spark jobs) and
     analyses a plan per pass: 2.7-3.2 s for 10 users into 1,000 on an idle warm driver.
     """
     started = time.monotonic()
     spark = rows.sparkSession
-    txn = delta_log.startTransaction()
+    option = java_class(spark, "scala.Option")
+    txn = delta_log.startTransaction(option.empty(), option.apply(latest))
     snapshot = txn.snapshot()
     committed = checksum_txn_version(snapshot, txn_app_id)
     live = checksum_files(snapshot)
@@ -151,55 +164,101 @@ def _rewrite_touched(
     if committed >= txn_version:
         return True
     source = rows.select("*", F.lit(True).alias("_source")).alias("s")
-    candidates = files_frame(spark, delta_log, snapshot, live).where(touching)
-    found = _joined(candidates.withColumn("_file", F.col("_metadata.file_name")), source, on)
-    in_target, in_source, updated = _sides(changed)
-    # A global aggregate's one row, collected in one job (``first`` may run several).
-    [counts] = found.agg(
-        F.collect_set("t._file").alias("files"),
-        F.count_if(in_source).alias("source"),
-        F.count_if(updated).alias("updated"),
-        F.count_if(in_source & ~in_target).alias("inserted"),
-    ).collect()
+    counters: dict[str, _Counter] = {}
+    found: dict[str, Any] = {}
+    if sum(int(f.size()) for f in live) <= ONE_PASS_BYTES:
+        # Every file rewritten in the write's own job, which counts its rows as it goes.
+        touched, counters = live, _counters(spark, ("source", "updated", "inserted"))
+    else:
+        touched, found = _touched_files(source, delta_log, snapshot, live, on, changed, touching)
+        if len(touched) != len(found["files"]):
+            return False
     scanned = time.monotonic()
-    touched = [f for f in live if unquote(str(f.path())).rsplit("/", 1)[-1] in counts["files"]]
     target = files_frame(spark, delta_log, snapshot, touched) if touched else None
-    merged = _merged(source, target, clauses, schema)
+    merged = _merged(source, target, clauses, schema, counters)
     txn.readWholeTable()
     txn.readTxn().addOne(txn_app_id)
     written = scala_items(txn.writeFiles(merged.coalesce(1)._jdf)) if merged is not None else []
-    now = time.monotonic()
-    inserted = counts["inserted"] if insert else 0
-    output = txn.getMetric("numOutputRows")
     txn.registerSQLMetrics(
         spark._jsparkSession,
         _metrics(
             spark,
-            {
-                "operationNumSourceRows": counts["source"],
-                "numTargetRowsInserted": inserted,
-                "numTargetRowsUpdated": counts["updated"],
-                "numTargetRowsMatchedUpdated": counts["updated"],
-                "numTargetRowsCopied": (
-                    output.get().value() - counts["updated"] - inserted
-                    if output.isDefined()
-                    else None
-                ),
-                "numTargetRowsDeleted": 0,
-                "numTargetFilesAdded": len(written),
-                "numTargetFilesRemoved": len(touched),
-                "numTargetBytesAdded": sum(int(f.size()) for f in written),
-                "numTargetBytesRemoved": sum(int(f.size()) for f in touched),
-                "executionTimeMs": round((now - started) * 1000),
-                "scanTimeMs": round((scanned - started) * 1000),
-                "rewriteTimeMs": round((now - scanned) * 1000),
-            },
+            _merge_metrics(
+                {n: c.value() for n, c in counters.items()} if counters else found,
+                bool(insert),
+                txn.getMetric("numOutputRows"),
+                written,
+                touched,
+                (started, scanned, time.monotonic()),
+            ),
         ),
     )
     record = set_transaction(spark, txn_app_id, txn_version)
     actions = [*written, *(f.remove() for f in touched), record]
     txn.commit(scala_seq(spark, actions), _merge_operation(spark, clauses))
     return True
+
+
+def _touched_files(
+    source: DataFrame,
+    delta_log: Any,
+    snapshot: Any,
+    live: list[Any],
+    on: str,
+    changed: str,
+    touching: Column,
+) -> tuple[list[Any], dict[str, Any]]:
+    """The ``live`` files (of ``snapshot``) that hold a row ``source`` matches (``on``,
+    among the rows ``touching`` holds for), and the counts of the MERGE (``source``,
+    ``updated`` with ``changed``, ``inserted``) with the matched rows' file names
+    (``files``): one Spark job."""
+    spark = source.sparkSession
+    candidates = files_frame(spark, delta_log, snapshot, live).where(touching)
+    found = _joined(candidates.withColumn("_file", F.col("_metadata.file_name")), source, on)
+    in_target, in_source, updated = _sides(changed)
+    # A global aggregate's one row, collected in one job (``first`` may run several).
+    [row] = found.agg(
+        F.collect_set("t._file").alias("files"),
+        F.count_if(in_source).alias("source"),
+        F.count_if(updated).alias("updated"),
+        F.count_if(in_source & ~in_target).alias("inserted"),
+    ).collect()
+    names = set(row["files"])
+    touched = [f for f in live if unquote(str(f.path())).rsplit("/", 1)[-1] in names]
+    return touched, row.asDict()
+
+
+def _merge_metrics(
+    counts: dict[str, Any],
+    insert: bool,
+    output: Any,
+    written: list[Any],
+    touched: list[Any],
+    times: tuple[float, float, float],
+) -> dict[str, int | None]:
+    """The SQL metrics Delta's MERGE reports, of `_rewrite_touched`'s ``counts`` (the
+    source rows, the updated and the inserted), ``output`` (the write's output rows, a
+    Scala option), the ``written`` and ``touched`` files and its (start, scanned, end)
+    ``times`` (monotonic seconds)."""
+    started, scanned, now = times
+    inserted = counts["inserted"] if insert else 0
+    return {
+        "operationNumSourceRows": counts["source"],
+        "numTargetRowsInserted": inserted,
+        "numTargetRowsUpdated": counts["updated"],
+        "numTargetRowsMatchedUpdated": counts["updated"],
+        "numTargetRowsCopied": (
+            output.get().value() - counts["updated"] - inserted if output.isDefined() else None
+        ),
+        "numTargetRowsDeleted": 0,
+        "numTargetFilesAdded": len(written),
+        "numTargetFilesRemoved": len(touched),
+        "numTargetBytesAdded": sum(int(f.size()) for f in written),
+        "numTargetBytesRemoved": sum(int(f.size()) for f in touched),
+        "executionTimeMs": round((now - started) * 1000),
+        "scanTimeMs": round((scanned - started) * 1000),
+        "rewriteTimeMs": round((now - scanned) * 1000),
+    }
 
 
 def _file_count(snapshot: Any) -> int:
@@ -225,16 +284,27 @@ def _sides(changed: str) -> tuple[Column, Column, Column]:
 
 
 def _merged(
-    source: DataFrame, target: DataFrame | None, clauses: MergeClauses, schema: StructType
+    source: DataFrame,
+    target: DataFrame | None,
+    clauses: MergeClauses,
+    schema: StructType,
+    counters: dict[str, _Counter],
 ) -> DataFrame | None:
     """The rows (``schema``) that replace ``target``'s (a table's rows) when ``source``
     (aliased ``s``, marked ``_source``) is merged into them with ``clauses``: every target
     row, updated where it matches and the update condition holds, and the inserts of the
-    source rows matching none; None when there are none (no target, no insert)."""
+    source rows matching none; None when there are none (no target, no insert). The
+    ``counters`` given (`_counters`: ``source``, ``updated``, ``inserted``) count the
+    joined rows of each kind as the rows are computed."""
     on, changed, update, insert = clauses
     if target is None:
         return source.select(*_assigned(insert, schema)) if insert else None
-    in_target, _, updated = _sides(changed)
+    in_target, in_source, updated = _sides(changed)
+    joined = _joined(target, source, on)
+    if counters:
+        kinds = {"source": in_source, "updated": updated, "inserted": in_source & ~in_target}
+        counting = [F.when(kinds[n], c.column).otherwise(True) for n, c in counters.items()]
+        joined = joined.where(functools.reduce(operator.and_, counting))
     kept = {f.name: F.col(f"t.{f.name}") for f in schema.fields}
     columns = [
         F.when(updated, _value(update.get(f.name, kept[f.name])))
@@ -244,7 +314,41 @@ def _merged(
         .alias(f.name)
         for f in schema.fields
     ]
-    return _joined(target, source, on).where(in_target | F.lit(bool(insert))).select(*columns)
+    return joined.where(in_target | F.lit(bool(insert))).select(*columns)
+
+
+@dataclass(frozen=True)
+class _Counter:
+    """A SQL metric (py4j) and a column (always true) that adds one to it per row it is
+    computed for: Delta's ``IncrementMetric``, as its MERGE counts its rows."""
+
+    metric: Any
+    column: Column
+
+    def value(self) -> int:
+        """What the counter holds (its column's rows, once computed)."""
+        return int(self.metric.value())
+
+
+def _counters(spark: SparkSession, names: tuple[str, ...]) -> dict[str, _Counter]:
+    """A new `_Counter` per name."""
+    metrics = java_class(spark, "org.apache.spark.sql.execution.metric.SQLMetrics")
+    true = getattr(
+        java_class(spark, "org.apache.spark.sql.catalyst.expressions.Literal$"), "MODULE$"
+    )
+    counters = {}
+    for name in names:
+        metric = metrics.createMetric(spark.sparkContext._jsc.sc(), name)
+        expression = java_class(spark, "org.apache.spark.sql.delta.metric.IncrementMetric")(
+            true.apply(True), metric
+        )
+        node = java_class(spark, "org.apache.spark.sql.classic.ExpressionColumnNode").apply(
+            expression
+        )
+        counters[name] = _Counter(
+            metric, Column(java_class(spark, "org.apache.spark.sql.Column")(node))
+        )
+    return counters
 
 
 def _metrics(spark: SparkSession, values: dict[str, int | None]) -> Any:

@@ -194,9 +194,9 @@ class EntitiesSilver:
         self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
     ) -> SilverOutcome:
         """MERGE the batch's newest change per entity (nothing with ``dry_run``)."""
-        keys = None if summary.ids is None else set(summary.ids)
-        touching = id_hash_in(self.mode.key, keys) if keys and len(keys) <= IN_SET else None
         if summary.valid and not dry_run:
+            keys = None if summary.ids is None else set(summary.ids)
+            touching = id_hash_in(self.mode.key, keys) if keys and len(keys) <= IN_SET else None
             with writes.phase(self.silver.name):
                 writes.fence()
                 merge_once(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from delta.tables import DeltaTable
@@ -14,6 +16,7 @@ from service.ingest.modes import parse_records
 from service.ingest.modes.dedup import id_hash_in, valid_hash
 from service.ingest.modes.entities import Entities
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
+from service.lake import merge as merge_module
 from service.lake.delta import ensure_table
 from service.lake.merge import merge_once
 from service.lake.tables import SHIPPED, USERS
@@ -34,15 +37,17 @@ def merge(
     version: int,
     arrival: datetime.datetime = BATCH_ARRIVAL,
     first_offset: int = 0,
-    touched: bool = False,
+    path: str = "delta-merge",
 ) -> int:
-    """Parse ``records`` as one users batch and MERGE it as txn ``version``; ``touched``:
-    rewriting the files that hold the batch's keys (a small batch's, as the driver does)
-    instead of Delta's MERGE. Returns the Spark jobs the MERGE ran."""
+    """Parse ``records`` as one users batch and MERGE it as txn ``version`` by ``path``: Delta's
+    MERGE, or as a driver's small batch is, a rewrite of the files that hold the batch's
+    keys (``touched-files``: found by a job of their own; ``one-pass``: a small table's,
+    all of them). Returns the Spark jobs the MERGE ran."""
     bronze = bronze_frame(spark, records, "users", arrival=arrival, first_offset=first_offset)
     valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
     mode = Entities(CONTRACT)
     touching = None
+    touched = path != "delta-merge"
     if touched:
         keys = {r.h for r in valid.select(valid_hash(CONTRACT, mode.key).alias("h")).collect()}
         touching = id_hash_in(mode.key, keys)
@@ -50,18 +55,20 @@ def merge(
     # A small batch as a driver's runs it: without adaptive execution (a job per shuffle
     # stage), which changes how many files an append writes.
     spark.conf.set("spark.sql.adaptive.enabled", str(not touched).lower())
+    # Any table is above the bound of the one pass for ``touched-files``.
+    bound = mock.patch.object(merge_module, "ONE_PASS_BYTES", -1)
     try:
-        return jobs_of(
-            spark,
-            f"merge-{uri}-{version}",
-            lambda: merge_once(changes, uri, APP, version, clauses, touching),
-        )
+        with bound if path == "touched-files" else nullcontext():
+            return jobs_of(
+                spark,
+                f"merge-{uri}-{version}",
+                lambda: merge_once(changes, uri, APP, version, clauses, touching),
+            )
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
 
 
-# Each story runs through Delta's MERGE and through the rewrite of the touched files.
-PATHS = pytest.mark.parametrize("touched", [False, True], ids=["delta-merge", "touched-files"])
+MERGE_PATHS = ("delta-merge", "touched-files", "one-pass")
 
 
 def table_version(spark: SparkSession, uri: str) -> int:
@@ -84,9 +91,9 @@ def users_uri(spark: SparkSession, tmp_path: Path) -> str:
     return uri
 
 
-@PATHS
+@pytest.mark.parametrize("path", MERGE_PATHS)
 def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resurrect(
-    spark: SparkSession, users_uri: str, touched: bool
+    spark: SparkSession, users_uri: str, path: str
 ) -> None:
     # Batch 0 arrives 2024-05-01 12:00: that is the change time of its tombstones.
     merge(
@@ -115,7 +122,7 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
         version=1,
         arrival=BATCH_ARRIVAL + datetime.timedelta(days=1),
         first_offset=10,
-        touched=touched,
+        path=path,
     )
     rows = table(spark, users_uri)
     actual = {
@@ -133,15 +140,15 @@ def test_only_newer_changes_apply_tombstones_mark_deleted_and_newer_upserts_resu
     assert expected == actual
     merged = DeltaTable.forPath(spark, users_uri).history(1).first()
     assert merged is not None
-    # Both record the MERGE with the same counts.
+    # Each records the MERGE with the same counts.
     counted = ("numSourceRows", "numTargetRowsInserted", "numTargetRowsUpdated")
     written = ("numTargetRowsCopied", "numOutputRows", "numTargetFilesRemoved")
     metrics = {k: int(merged["operationMetrics"][k]) for k in (*counted, *written)}
     assert ("MERGE", [5, 1, 3, 2, 6, 1]) == (merged["operation"], list(metrics.values()))
-    if touched:
-        # Two Spark jobs: the touched files with the counts, then their rewrite (Delta's
-        # MERGE: its state reconstruction and its passes).
-        assert 2 == jobs
+    # The touched files with the counts, then their rewrite; or the rewrite alone, which
+    # counts (Delta's MERGE: its state reconstruction and its passes).
+    if path != "delta-merge":
+        assert {"touched-files": 2, "one-pass": 1}[path] == jobs
 
 
 def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
@@ -156,14 +163,15 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
         ("2", profile(user_id=2, first_name="back", updated_at="2024-06-01T00:00:00Z")),
     ]
     states = []
-    # One batch, then one batch per change, merged by Delta's MERGE and by the rewrite of
-    # the touched files in turn (as a driver's large and small batches are).
+    # One batch, then one batch per change, merged by Delta's MERGE and by the rewrites in
+    # turn (as a driver's large and small batches are).
     for split in (len(changes), 1):
         uri = f"file:{tmp_path}/split-{split}"
         ensure_table(LOCAL_FILES, uri, USERS)
         for version, start in enumerate(range(0, len(changes), split)):
             batch = changes[start : start + split]
-            merge(spark, uri, batch, version, first_offset=start, touched=version % 2 == 1)
+            path = MERGE_PATHS[version % len(MERGE_PATHS)]
+            merge(spark, uri, batch, version, first_offset=start, path=path)
         states.append(
             {
                 u: (r["first_name"], r["updated_at"], r["is_deleted"], r["deleted_at"])
@@ -175,9 +183,9 @@ def test_final_state_does_not_depend_on_how_changes_fall_into_batches(
     assert ("back", False) == (states[0][2][0], states[0][2][2])
 
 
-@PATHS
+@pytest.mark.parametrize("path", ["delta-merge", "one-pass"])
 def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
-    spark: SparkSession, users_uri: str, touched: bool
+    spark: SparkSession, users_uri: str, path: str
 ) -> None:
     merge(spark, users_uri, [("1", profile(first_name="v1", updated_at="2024-04-01T00:00:00Z"))], 1)
     version_after_first = table_version(spark, users_uri)
@@ -187,14 +195,14 @@ def test_replayed_batch_version_is_skipped_and_the_next_version_applies(
         users_uri,
         [("1", profile(first_name="replay", updated_at="2024-04-02T00:00:00Z"))],
         1,
-        touched=touched,
+        path=path,
     )
     version_after_replay = table_version(spark, users_uri)
     name_after_replay = table(spark, users_uri)[1]["first_name"]
     v2: list[tuple[str | None, str | None]] = [
         ("1", profile(first_name="v2", updated_at="2024-04-03T00:00:00Z"))
     ]
-    merge(spark, users_uri, v2, 2, touched=touched)
+    merge(spark, users_uri, v2, 2, path=path)
     expected = (version_after_first, "v1", "v2", None)
     actual = (
         version_after_replay,
