@@ -5,9 +5,10 @@ users into two silver/users tables, then merges K batches of C changed users int
 in turn, on a local[2] session configured as the service's, adaptive execution off as in
 an ingest batch (a warm driver, nothing else running): one table by Delta's MERGE, the
 other by the rewrite of the files that hold the batch's keys (what a driver's small batch
-takes, `merge_once`'s ``touching``). It prints each path's p50, least and greatest time
-per MERGE (the first round of each excluded: its code generation) and fails unless the
-two tables end equal.
+takes, `merge_once`'s ``touching``: one Spark job into a table of at most
+`service.lake.merge.ONE_PASS_BYTES`, two into a larger one). It prints each path's p50,
+least and greatest time per MERGE (the first round of each excluded: its code
+generation) and fails unless the two tables end equal.
 """
 
 from __future__ import annotations
