@@ -11,8 +11,10 @@ from pyspark.sql.types import StructType
 from service.contracts.loading import parse_contract
 from service.ingest.modes import Validation
 from service.ingest.recipe import Recipe
+from service.lake.delta import scala_items
 from service.lake.schemas import INGESTED_AT, KAFKA_RECORD
 from tests.support.contracts import orders, shipped
+from tests.support.records import bronze_frame
 
 
 def _steps(rows: DataFrame) -> DataFrame:
@@ -57,3 +59,45 @@ def test_the_recorded_exact_checks_rebuild_their_plan(spark: SparkSession, name:
     assert (
         replayed._jdf.queryExecution().analyzed().sameResult(built._jdf.queryExecution().analyzed())
     )
+
+
+def test_the_recorded_exact_checks_on_a_batchs_rows_give_the_built_outcome(
+    spark: SparkSession,
+) -> None:
+    """On rows of the template's columns the recorded plan takes the rows in the template's
+    place; on rows with another column the steps are replayed: each gives what the exact
+    checks built over those rows give."""
+    validation = Validation.of(
+        parse_contract(shipped("sensors"), "sensors.json", "sensors", {}), 4096, 300
+    )
+    values = [
+        '{"event_id": "e1", "device_id": "d", "sensor_type": "pressure", "event_time": 1}',
+        '{"event_id": 7}',
+        "not json",
+        None,
+    ]
+    bronze = bronze_frame(spark, [("k", v) for v in values], "sensors")
+    rows = bronze.withColumn(INGESTED_AT.name, F.current_timestamp())
+    # As the driver records it: over rows of the stream's own columns.
+    template = spark.createDataFrame([], rows.schema)
+    recipe = validation.recipe(template.schema)
+    columns = ["kafka_offset", "error_code", "error_detail"]
+
+    def ids(df: DataFrame) -> list[int]:
+        return [a.exprId().id() for a in scala_items(df._jdf.queryExecution().analyzed().output())]
+
+    # The recorded plan's attributes: the template's place taken by the rows, or new ones.
+    assert ids(recipe.apply(rows)) == ids(recipe.apply(template))
+    assert set(ids(recipe.apply(rows.withColumn("extra", F.lit(1))))).isdisjoint(
+        ids(recipe.apply(template))
+    )
+    for batch in (rows, rows.withColumn("extra", F.lit(1))):
+        replayed = sorted(tuple(r) for r in recipe.apply(batch).select(*columns).collect())
+        built = sorted(tuple(r) for r in validation.exact(batch).select(*columns).collect())
+        assert replayed == built
+        assert [r[1] for r in replayed] == [
+            "invalid_value",
+            "missing_field",
+            "malformed_json",
+            "empty_payload",
+        ]
