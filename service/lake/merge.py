@@ -135,15 +135,15 @@ def _rewrite_touched(
     job of their own (`_touched_files`) unless the table is small (`ONE_PASS_BYTES`: then
     all of them); those files' rows joined with ``rows``, the clauses applied, written as
     one file and committed with the touched files removed and the txn, as a ``MERGE`` with
-    its metrics. The transaction
-    reads ``latest`` (the snapshot `merge_once` listed the log for): a concurrent commit
-    after it is Delta's conflict check's. False, and nothing done, when it cannot: without
-    a checksum that lists the table's files and txns, with deletion vectors, with a clause
-    that sets a column the table lacks (Delta's MERGE refuses it), or when a matched row's
-    file is not among the checksum's.
+    its metrics. The transaction reads ``latest`` (the snapshot `merge_once` listed the log
+    for): a concurrent commit after it is Delta's conflict check's. False, and nothing
+    done, when it cannot: without a checksum that lists the table's files and txns, with
+    deletion vectors, with a clause that sets a column the table lacks (Delta's MERGE
+    refuses it), or when a matched row's file is not among the checksum's.
 
     Delta's MERGE of a few rows reconstructs the table's state first (three Spark jobs) and
-    analyses a plan per pass: 2.7-3.2 s for 10 users into 1,000 on an idle warm driver.
+    analyses a plan per pass: 3.7-4.4 s for 10 users into 1,000 on an idle warm driver,
+    against 0.9-1.1 s here (`deploy/bench/merge_bench.py`).
     """
     started = time.monotonic()
     spark = rows.sparkSession
