@@ -90,6 +90,7 @@ class Recipe:
         built = build(_Recording(template, self._steps))
         self.schema = built.schema
         self._template = template
+        self._wanted = scala_items(_analyzed(template).output())
         self._chain = _chain(built._jdf.queryExecution().analyzed(), _analyzed(template))
 
     def apply(self, rows: DataFrame) -> DataFrame:
@@ -106,7 +107,7 @@ class Recipe:
         their columns aliased to the template's attributes (by name)."""
         spark = rows.sparkSession
         plan = _analyzed(rows)
-        wanted = scala_items(_analyzed(self._template).output())
+        wanted = self._wanted
         given = {a.name(): a for a in scala_items(plan.output())}
         if [given[a.name()].exprId() for a in wanted] != [a.exprId() for a in wanted]:
             alias = java_class(spark, "org.apache.spark.sql.catalyst.expressions.Alias")
