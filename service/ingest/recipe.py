@@ -90,8 +90,9 @@ class Recipe:
         built = build(_Recording(template, self._steps))
         self.schema = built.schema
         self._template = template
-        self._wanted = scala_items(_analyzed(template).output())
-        self._chain = _chain(built._jdf.queryExecution().analyzed(), _analyzed(template))
+        recorded = _analyzed(template)
+        self._wanted = scala_items(recorded.output())
+        self._chain = _chain(built._jdf.queryExecution().analyzed(), recorded)
 
     def apply(self, rows: DataFrame) -> DataFrame:
         """``rows`` through the recorded steps: the recorded plan over ``rows`` when they have
@@ -107,7 +108,7 @@ class Recipe:
         their columns aliased to the template's attributes (by name)."""
         spark = rows.sparkSession
         plan = _analyzed(rows)
-        wanted = self._wanted
+        wanted = self._wanted  # the template's attributes, in its column order
         given = {a.name(): a for a in scala_items(plan.output())}
         if [given[a.name()].exprId() for a in wanted] != [a.exprId() for a in wanted]:
             alias = java_class(spark, "org.apache.spark.sql.catalyst.expressions.Alias")
