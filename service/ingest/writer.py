@@ -40,6 +40,7 @@ from service.ingest.validation import split_valid_invalid, to_quarantine
 from service.lake.checkpoints import BatchRanges
 from service.lake.delta import Commit, append_once
 from service.lake.maintenance import TableMaintenance
+from service.lake.merge import PlannedMerge
 from service.lake.schemas import BRONZE, INGESTED_AT
 from service.lake.tables import OFFSET_GAPS_TABLE, QUARANTINE_TABLE, Table, contract_tables
 from service.streaming.profile import BatchProfile
@@ -110,13 +111,22 @@ class BatchWriter(QueryWriter):
                 # The exact checks' plan for the batch's pending rows, built (py4j calls,
                 # no job) while the summary's job finds whether there are any.
                 exact = self._workers.submit(self._exact_checks, marked)
+                # A small batch's silver writes planned meanwhile (an entities contract's
+                # MERGE up to its job), for the rows the fast path decided.
+                planned = (
+                    self._workers.submit(self._plan_silver, marked, app_id, batch_id)
+                    if ids is not None
+                    else None
+                )
                 with profile.phase("read_validate"):
                     summary = summarize(marked, ids)
                 batch_writes = BatchWrites(
                     app_id, batch_id, stamp, profile, self.fence, self._workers, self.settings
                 )
                 gaps = _offset_gaps(marked, summary, start, end, self.query, batch_writes)
-                outcome = self._write(marked, summary, batch_writes, gaps, (start, end), exact)
+                outcome = self._write(
+                    marked, summary, batch_writes, gaps, (start, end), exact, planned
+                )
             finally:
                 marked.unpersist()
             self.on_batch(self.query.name, outcome)
@@ -144,16 +154,20 @@ class BatchWriter(QueryWriter):
         gaps: OffsetGaps,
         ranges: tuple[Mapping[int, int], Mapping[int, int]],
         exact: Future[DataFrame | None],
+        planned: Future[PlannedMerge | None] | None,
     ) -> BatchOutcome:
         """Bronze (then its gaps) beside the rest: the exact checks of the rows the fast path
-        left pending, if any, then the quarantine and silver at once."""
+        left pending, if any, then the quarantine and silver at once (silver as ``planned``
+        when no row was pending: the plan's rows are the batch's valid ones)."""
         silver = SilverOutcome()
         checked: DataFrame | None = None
 
         def checked_writes() -> None:
             nonlocal summary, silver, checked
             parsed = marked.drop(DECIDED)
-            if PENDING in summary.quarantined:
+            pending = PENDING in summary.quarantined
+            plan = planned.result() if planned is not None and not pending else None
+            if pending:
                 with batch_writes.phase("exact_checks"):
                     parsed, checked, summary = self._check_exactly(marked, summary, exact)
                 parsed = in_one_task_if_small(parsed, *ranges)
@@ -161,7 +175,7 @@ class BatchWriter(QueryWriter):
 
             def write_silver() -> None:
                 nonlocal silver
-                silver = self._silver.write(valid, summary, batch_writes)
+                silver = self._silver.write(valid, summary, batch_writes, planned=plan)
 
             writes: list[Callable[[], object]] = []
             if summary.quarantined:
@@ -191,6 +205,11 @@ class BatchWriter(QueryWriter):
             },
             offsets_without_record=gaps.offsets,
         )
+
+    def _plan_silver(self, marked: DataFrame, app_id: str, version: int) -> PlannedMerge | None:
+        """The silver writes' `plan` for ``marked``'s valid rows, as if none were pending."""
+        valid, _ = split_valid_invalid(marked.drop(DECIDED))
+        return self._silver.plan(valid, app_id, version)
 
     def _exact_checks(self, marked: DataFrame) -> DataFrame | None:
         """The exact checks of ``marked``'s pending rows (not run), or None without a fast

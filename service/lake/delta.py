@@ -160,6 +160,11 @@ def set_transaction(spark: SparkSession, txn_app_id: str, txn_version: int) -> A
 def files_frame(spark: SparkSession, delta_log: Any, snapshot: Any, files: list[Any]) -> DataFrame:
     """The rows of ``files`` (``AddFile``s, py4j) of ``snapshot`` (of ``delta_log``), as a
     Delta scan of that version reads them; no Spark job lists the table's files."""
+    # Delta builds the scan in the thread's active session: ``spark``'s, not the default
+    # session (adaptive execution on), when a driver's worker thread plans a MERGE.
+    java_class(spark, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
+        spark._jsparkSession
+    )
     none = java_class(spark, "scala.Option").empty()
     return DataFrame(
         delta_log.createDataFrame(snapshot, scala_seq(spark, files), False, none), spark

@@ -15,7 +15,8 @@ import functools
 import json
 import operator
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -86,20 +87,58 @@ def merge_once(
 
     ``touching``, when given, is a predicate over the table's rows that holds for every row
     a row of ``rows`` matches (a small batch's keys, `service.ingest.modes.entities`): the
-    files holding such rows are rewritten by `_rewrite_touched`, without Delta's MERGE.
+    files holding such rows are rewritten by `_Rewrite`, without Delta's MERGE.
     """
-    on, changed, update, insert = clauses
+    planned = plan_merge(rows, uri, txn_app_id, txn_version, clauses, touching is not None)
+    planned(touching)
+
+
+# `plan_merge`'s merge, run with the batch's ``touching`` predicate (or None).
+PlannedMerge = Callable[[Column | None], None]
+
+
+def plan_merge(
+    rows: DataFrame,
+    uri: str,
+    txn_app_id: str,
+    txn_version: int,
+    clauses: MergeClauses,
+    small: bool,
+) -> PlannedMerge:
+    """`merge_once` of ``rows`` up to its first Spark job (the log listed, and for a
+    ``small`` batch the transaction started and a small table's rewrite planned: py4j calls
+    and analysis), and what runs the rest given its ``touching``: a driver plans a small
+    users batch's MERGE while its summary's job runs."""
+    insert = clauses[3]
     session = rows.sparkSession
     delta_log, snapshot = latest_snapshot(session, uri)
     if insert and _file_count(snapshot) == 0:
         schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
         inserted = rows.alias("s").select(*_assigned(insert, schema))
-        append_once(inserted, uri, txn_app_id, txn_version)
-        return
-    if touching is not None and _rewrite_touched(
-        rows, delta_log, snapshot, txn_app_id, txn_version, clauses, touching
-    ):
-        return
+
+        def append(_: Column | None) -> None:
+            append_once(inserted, uri, txn_app_id, txn_version)
+
+        return append
+    rewrite = (
+        _Rewrite.plan(rows, delta_log, snapshot, txn_app_id, txn_version, clauses)
+        if small
+        else None
+    )
+
+    def run(touching: Column | None) -> None:
+        if rewrite is None or not rewrite.run(touching):
+            _delta_merge(rows, uri, txn_app_id, txn_version, clauses)
+
+    return run
+
+
+def _delta_merge(
+    rows: DataFrame, uri: str, txn_app_id: str, txn_version: int, clauses: MergeClauses
+) -> None:
+    """Delta's MERGE of ``rows`` under the txn (`merge_once`)."""
+    on, changed, update, insert = clauses
+    session = rows.sparkSession
     target = DeltaTable.forPath(session, uri)
     session.conf.set(_TXN_APP_ID, txn_app_id)
     session.conf.set(_TXN_VERSION, str(txn_version))
@@ -121,82 +160,132 @@ def merge_once(
         session.conf.unset(_FAIL_CACHED_SOURCE)
 
 
-def _rewrite_touched(
-    rows: DataFrame,
-    delta_log: Any,
-    latest: Any,
-    txn_app_id: str,
-    txn_version: int,
-    clauses: MergeClauses,
-    touching: Column,
-) -> bool:
+@dataclass
+class _Rewrite:
     """`merge_once` of ``rows`` as Delta's MERGE would commit it: the files holding a row
     that a row of ``rows`` matches (among those ``touching`` holds for), found in a Spark
     job of their own (`_touched_files`) unless the table is small (`ONE_PASS_BYTES`: then
-    all of them); those files' rows joined with ``rows``, the clauses applied, written as
-    one file and committed with the touched files removed and the txn, as a ``MERGE`` with
-    its metrics. The transaction reads ``latest`` (the snapshot `merge_once` listed the log
-    for): a concurrent commit after it is Delta's conflict check's. False, and nothing
-    done, when it cannot: without a checksum that lists the table's files and txns, with
-    deletion vectors, with a clause that sets a column the table lacks (Delta's MERGE
-    refuses it), or when a matched row's file is not among the checksum's.
+    all of them, planned with the transaction); those files' rows joined with ``rows``,
+    the clauses applied, written as one file and committed with the touched files removed
+    and the txn, as a ``MERGE`` with its metrics. The transaction reads the snapshot
+    `plan_merge` listed the log for: a concurrent commit after it is Delta's conflict
+    check's.
 
     Delta's MERGE of a few rows reconstructs the table's state first (three Spark jobs) and
     analyses a plan per pass: 3.7-4.4 s for 10 users into 1,000 on an idle warm driver,
     against 0.9-1.1 s here (`deploy/bench/merge_bench.py`).
     """
-    started = time.monotonic()
-    spark = rows.sparkSession
-    option = java_class(spark, "scala.Option")
-    txn = delta_log.startTransaction(option.empty(), option.apply(latest))
-    snapshot = txn.snapshot()
-    committed = checksum_txn_version(snapshot, txn_app_id)
-    live = checksum_files(snapshot)
-    schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
-    on, changed, update, insert = clauses
-    if (
-        committed is None
-        or live is None
-        or any(f.deletionVector() is not None for f in live)
-        or not {*update, *insert} <= set(schema.fieldNames())
-    ):
-        return False
-    if committed >= txn_version:
-        return True
-    source = rows.select("*", F.lit(True).alias("_source")).alias("s")
-    counters: dict[str, _Counter] = {}
-    found: dict[str, Any] = {}
-    if sum(int(f.size()) for f in live) <= ONE_PASS_BYTES:
-        # Every file rewritten in the write's own job, which counts its rows as it goes.
-        touched, counters = live, _counters(spark, ("source", "updated", "inserted"))
-    else:
-        touched, found = _touched_files(source, delta_log, snapshot, live, on, changed, touching)
-        if len(touched) != len(found["files"]):
-            return False
-    scanned = time.monotonic()
-    target = files_frame(spark, delta_log, snapshot, touched) if touched else None
-    merged = _merged(source, target, clauses, schema, counters)
-    txn.readWholeTable()
-    txn.readTxn().addOne(txn_app_id)
-    written = scala_items(txn.writeFiles(merged.coalesce(1)._jdf)) if merged is not None else []
-    txn.registerSQLMetrics(
-        spark._jsparkSession,
-        _metrics(
-            spark,
-            _merge_metrics(
-                {n: c.value() for n, c in counters.items()} if counters else found,
-                bool(insert),
-                txn.getMetric("numOutputRows"),
-                written,
-                touched,
-                (started, scanned, time.monotonic()),
+
+    source: DataFrame
+    delta_log: Any
+    txn: Any
+    live: list[Any]
+    schema: StructType
+    txn_app_id: str
+    txn_version: int
+    clauses: MergeClauses
+    committed: bool
+    # A small table's: every file, and the rewrite's rows counting the MERGE's as they go.
+    touched: list[Any] | None = None
+    merged: DataFrame | None = None
+    counters: dict[str, _Counter] = field(default_factory=dict)
+    # Seconds `plan` took.
+    planning: float = 0.0
+
+    @classmethod
+    def plan(
+        cls,
+        rows: DataFrame,
+        delta_log: Any,
+        latest: Any,
+        txn_app_id: str,
+        txn_version: int,
+        clauses: MergeClauses,
+    ) -> _Rewrite | None:
+        """The rewrite planned on ``latest``, or None when it cannot be: without a checksum
+        that lists the table's files and txns, with deletion vectors, or with a clause that
+        sets a column the table lacks (Delta's MERGE refuses it)."""
+        started = time.monotonic()
+        spark = rows.sparkSession
+        option = java_class(spark, "scala.Option")
+        txn = delta_log.startTransaction(option.empty(), option.apply(latest))
+        snapshot = txn.snapshot()
+        committed = checksum_txn_version(snapshot, txn_app_id)
+        live = checksum_files(snapshot)
+        schema = StructType.fromJson(json.loads(snapshot.metadata().schema().json()))
+        _, _, update, insert = clauses
+        if (
+            committed is None
+            or live is None
+            or any(f.deletionVector() is not None for f in live)
+            or not {*update, *insert} <= set(schema.fieldNames())
+        ):
+            return None
+        source = rows.select("*", F.lit(True).alias("_source")).alias("s")
+        rewrite = cls(
+            source, delta_log, txn, live, schema, txn_app_id, txn_version, clauses,
+            committed >= txn_version,
+        )  # fmt: skip
+        if not rewrite.committed and sum(int(f.size()) for f in live) <= ONE_PASS_BYTES:
+            rewrite.touched = live
+            rewrite.counters = _counters(spark, ("source", "updated", "inserted"))
+            rewrite.merged = rewrite._merged(live)
+        rewrite.planning = time.monotonic() - started
+        return rewrite
+
+    def _merged(self, touched: list[Any]) -> DataFrame | None:
+        """`_merged` of the source into the ``touched`` files' rows."""
+        spark = self.source.sparkSession
+        snapshot = self.txn.snapshot()
+        target = files_frame(spark, self.delta_log, snapshot, touched) if touched else None
+        return _merged(self.source, target, self.clauses, self.schema, self.counters)
+
+    def run(self, touching: Column | None) -> bool:
+        """Write and commit the rewrite (finding the touched files with ``touching`` first,
+        unless the table is small); False, and nothing done, when it cannot: a large table
+        without ``touching``, or a matched row's file not among the checksum's."""
+        if self.committed:
+            return True
+        # The MERGE's times count its planning, not the wait between planning and running.
+        started = time.monotonic() - self.planning
+        spark = self.source.sparkSession
+        found: dict[str, Any] = {}
+        if self.touched is None:
+            if touching is None:
+                return False
+            snapshot = self.txn.snapshot()
+            touched, found = _touched_files(
+                self.source, self.delta_log, snapshot, self.live, self.clauses[0],
+                self.clauses[1], touching,
+            )  # fmt: skip
+            if len(touched) != len(found["files"]):
+                return False
+            self.touched, self.merged = touched, self._merged(touched)
+        scanned = time.monotonic()
+        txn = self.txn
+        txn.readWholeTable()
+        txn.readTxn().addOne(self.txn_app_id)
+        merged = self.merged
+        written = scala_items(txn.writeFiles(merged.coalesce(1)._jdf)) if merged is not None else []
+        counts = {n: c.value() for n, c in self.counters.items()} if self.counters else found
+        txn.registerSQLMetrics(
+            spark._jsparkSession,
+            _metrics(
+                spark,
+                _merge_metrics(
+                    counts,
+                    bool(self.clauses[3]),
+                    txn.getMetric("numOutputRows"),
+                    written,
+                    self.touched,
+                    (started, scanned, time.monotonic()),
+                ),
             ),
-        ),
-    )
-    record = set_transaction(spark, txn_app_id, txn_version)
-    actions = [*written, *(f.remove() for f in touched), record]
-    txn.commit(scala_seq(spark, actions), _merge_operation(spark, clauses))
-    return True
+        )
+        record = set_transaction(spark, self.txn_app_id, self.txn_version)
+        actions = [*written, *(f.remove() for f in self.touched), record]
+        txn.commit(scala_seq(spark, actions), _merge_operation(spark, self.clauses))
+        return True
 
 
 def _touched_files(
@@ -236,7 +325,7 @@ def _merge_metrics(
     touched: list[Any],
     times: tuple[float, float, float],
 ) -> dict[str, int | None]:
-    """The SQL metrics Delta's MERGE reports, of `_rewrite_touched`'s ``counts`` (the
+    """The SQL metrics Delta's MERGE reports, of `_Rewrite`'s ``counts`` (the
     source rows, the updated and the inserted), ``output`` (the write's output rows, a
     Scala option), the ``written`` and ``touched`` files and its (start, scanned, end)
     ``times`` (monotonic seconds)."""

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 
 import service.gold.queries
 import service.ingest.modes.entities
@@ -32,7 +32,7 @@ import service.ingest.writer
 import service.verbs.promote
 from service.__main__ import main
 from service.lake.delta import append_once, table_transactions
-from service.lake.merge import merge_once
+from service.lake.merge import PlannedMerge, merge_once, plan_merge
 
 T = TypeVar("T")
 
@@ -71,6 +71,22 @@ def crashing(write: Callable[..., T]) -> Callable[..., T]:
     return wrapped
 
 
+def crashing_plan(plan: Callable[..., PlannedMerge]) -> Callable[..., PlannedMerge]:
+    """``plan`` (`plan_merge`), whose planned MERGE runs with the points of `crashing`."""
+
+    def wrapped(
+        df: DataFrame, uri: str, app_id: str, version: int, *args: Any, **options: Any
+    ) -> PlannedMerge:
+        planned = plan(df, uri, app_id, version, *args, **options)
+
+        def run(touching: Column | None) -> None:
+            crashing(lambda *_: planned(touching))(df, uri, app_id, version)
+
+        return run
+
+    return wrapped
+
+
 def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
     def wrapped(self: Any, batch: DataFrame, batch_id: int) -> None:
         call(self, batch, batch_id)
@@ -81,7 +97,7 @@ def _batch_then_crash(call: Callable[..., None]) -> Callable[..., None]:
 
 
 service.ingest.writer.append_once = crashing(append_once)  # type: ignore[attr-defined]
-service.ingest.modes.entities.merge_once = crashing(merge_once)  # type: ignore[attr-defined]
+service.ingest.modes.entities.plan_merge = crashing_plan(plan_merge)  # type: ignore[attr-defined]
 service.verbs.promote.merge_once = crashing(merge_once)  # type: ignore[attr-defined]
 service.ingest.writer.BatchWriter.__call__ = _batch_then_crash(  # type: ignore[method-assign]
     service.ingest.writer.BatchWriter.__call__

@@ -27,7 +27,7 @@ from service.ingest.batch import BatchSummary, SilverOutcome, Writes
 from service.ingest.modes.dedup import IN_SET, id_hash_in, valid_hash
 from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import SCHEMA_ID_COLUMN, Violation, rescued_fields, shown
-from service.lake.merge import MergeClauses, merge_once
+from service.lake.merge import MergeClauses, PlannedMerge, plan_merge
 from service.lake.schemas import INGESTED_AT, LINEAGE, RESCUED
 from service.lake.tables import Table, contract_tables
 
@@ -190,23 +190,34 @@ class EntitiesSilver:
         keys' rows (`merge_once`'s ``touching``)."""
         return valid_hash(self.mode.contract, self.mode.key)
 
+    def plan(self, valid: DataFrame, app_id: str, version: int) -> PlannedMerge:
+        """The MERGE of a small batch's ``valid`` rows up to its first Spark job
+        (`plan_merge`), for `write`: a driver plans it while the batch's summary runs."""
+        return self._plan(valid, app_id, version, small=True)
+
+    def _plan(self, valid: DataFrame, app_id: str, version: int, small: bool) -> PlannedMerge:
+        changes = self.mode.latest_changes(valid)
+        return plan_merge(changes, self._uri, app_id, version, self.mode.merge_clauses(), small)
+
     def write(
-        self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
+        self,
+        valid: DataFrame,
+        summary: BatchSummary,
+        writes: Writes,
+        dry_run: bool = False,
+        planned: PlannedMerge | None = None,
     ) -> SilverOutcome:
-        """MERGE the batch's newest change per entity (nothing with ``dry_run``)."""
+        """MERGE the batch's newest change per entity (nothing with ``dry_run``), as
+        ``planned`` (`plan`, of the same ``valid`` rows) when given."""
         if summary.valid and not dry_run:
             keys = None if summary.ids is None else set(summary.ids)
             touching = id_hash_in(self.mode.key, keys) if keys and len(keys) <= IN_SET else None
             with writes.phase(self.silver.name):
                 writes.fence()
-                merge_once(
-                    self.mode.latest_changes(valid),
-                    self._uri,
-                    writes.app_id,
-                    writes.version,
-                    self.mode.merge_clauses(),
-                    touching,
-                )
+                if planned is None:
+                    small = summary.ids is not None
+                    planned = self._plan(valid, writes.app_id, writes.version, small)
+                planned(touching)
         return SilverOutcome({self.silver.name: summary.valid})
 
 

@@ -26,6 +26,7 @@ from service.ingest.rules import FastValues, schema_id, typed_record
 from service.ingest.validation import Violation, rescued_fields
 from service.lake.delta import Commit
 from service.lake.live_files import LiveFiles, Window
+from service.lake.merge import PlannedMerge
 from service.lake.schemas import COORDINATES, INGESTED_AT, RESCUED, duplicates_schema, silver_schema
 from service.lake.tables import Table, contract_tables
 
@@ -127,11 +128,21 @@ class EventsSilver:
         summary, `summarize`); None without recent ids."""
         return None if self._recent is None else self.mode.valid_id_hash()
 
+    def plan(self, valid: DataFrame, app_id: str, version: int) -> None:
+        """Nothing: an events batch's writes start from its summary (dedup's search needs its
+        ids and arrivals)."""
+
     def write(
-        self, valid: DataFrame, summary: BatchSummary, writes: Writes, dry_run: bool = False
+        self,
+        valid: DataFrame,
+        summary: BatchSummary,
+        writes: Writes,
+        dry_run: bool = False,
+        planned: PlannedMerge | None = None,
     ) -> SilverOutcome:
         """Dedup ``valid`` against silver and the batch; append the duplicates and the fresh
-        events (with ``dry_run``, only find the duplicates)."""
+        events (with ``dry_run``, only find the duplicates). ``planned`` is always None: an
+        events batch plans nothing ahead (`plan`)."""
         events = self.mode.to_silver(valid)
         spark = valid.sparkSession
         outcome = SilverOutcome()

@@ -18,7 +18,7 @@ from service.ingest.modes.entities import Entities
 from service.ingest.validation import DEFAULT_MAX_PAYLOAD_BYTES, split_valid_invalid
 from service.lake import merge as merge_module
 from service.lake.delta import ensure_table
-from service.lake.merge import merge_once
+from service.lake.merge import merge_once, plan_merge
 from service.lake.tables import SHIPPED, USERS
 from tests.support.lake import LOCAL_FILES
 from tests.support.payloads import profile
@@ -250,3 +250,28 @@ def test_a_first_batch_into_an_empty_table_is_appended_as_the_merge_would_insert
     version = table_version(spark, appended)
     merge(spark, appended, records[:1], version=0)
     assert table_version(spark, appended) == version
+
+
+def test_a_merge_planned_before_another_commit_fails_at_its_commit_and_writes_nothing(
+    spark: SparkSession, users_uri: str
+) -> None:
+    """A driver plans a small batch's MERGE (its transaction started) while the batch's
+    summary runs: a commit to the table in between is Delta's conflict check's."""
+    merge(spark, users_uri, [("1", profile(first_name="v1", updated_at="2024-04-01T00:00:00Z"))], 1)
+    bronze = bronze_frame(
+        spark, [("1", profile(first_name="planned", updated_at="2024-04-03T00:00:00Z"))], "users"
+    )
+    valid, _ = split_valid_invalid(parse_records(CONTRACT, bronze, DEFAULT_MAX_PAYLOAD_BYTES, None))
+    mode = Entities(CONTRACT)
+    planned = plan_merge(
+        mode.latest_changes(valid), users_uri, APP, 3, mode.merge_clauses(), small=True
+    )
+    merge(spark, users_uri, [("1", profile(first_name="v2", updated_at="2024-04-02T00:00:00Z"))], 2)
+    version = table_version(spark, users_uri)
+
+    with pytest.raises(Exception, match="Concurrent"):
+        planned(None)
+    assert (version, "v2") == (
+        table_version(spark, users_uri),
+        table(spark, users_uri)[1]["first_name"],
+    )
