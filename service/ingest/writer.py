@@ -115,7 +115,7 @@ class BatchWriter(QueryWriter):
                 # MERGE up to its job), for the rows the fast path decided.
                 planned = (
                     self._workers.submit(self._plan_silver, marked, app_id, batch_id)
-                    if ids is not None
+                    if ids is not None and self._silver.plans_ahead
                     else None
                 )
                 with profile.phase("read_validate"):

@@ -183,6 +183,9 @@ class EntitiesSilver:
         """The table it writes."""
         return (self.silver,)
 
+    # A small batch's MERGE is planned while its summary runs (`plan`).
+    plans_ahead = True
+
     @property
     def batch_ids(self) -> Column:
         """The `valid_hash` of the key of the entity a row changes: a small batch's summary

@@ -122,6 +122,10 @@ class EventsSilver:
         """The tables it writes."""
         return (self.silver, self.duplicates)
 
+    # An events batch's writes start from its summary (dedup's search needs its ids and
+    # arrivals): a writer does not `plan` them ahead.
+    plans_ahead = False
+
     @property
     def batch_ids(self) -> Column | None:
         """`Events.valid_id_hash`, which the recent ids take a small batch's ids by (from its
@@ -129,8 +133,7 @@ class EventsSilver:
         return None if self._recent is None else self.mode.valid_id_hash()
 
     def plan(self, valid: DataFrame, app_id: str, version: int) -> None:
-        """Nothing: an events batch's writes start from its summary (dedup's search needs its
-        ids and arrivals)."""
+        """Nothing (`plans_ahead`)."""
 
     def write(
         self,
