@@ -84,8 +84,11 @@ def test_cluster_settings_map_to_spark_properties(
         "spark.kubernetes.authenticate.driver.serviceAccountName": "ingest",
         "spark.kubernetes.executor.podTemplateFile": "/etc/t.yaml",
         "spark.kubernetes.driver.pod.name": "ingest-0",
-        # Validation's large generated methods are JIT-compiled on the executors too.
-        "spark.executor.defaultJavaOptions": "-XX:-DontCompileHugeMethods",
+        # Validation's large generated methods are JIT-compiled on the executors too, and
+        # C2 left the hot code as on the driver.
+        "spark.executor.defaultJavaOptions": "-XX:-DontCompileHugeMethods"
+        " -XX:Tier4InvocationThreshold=25000 -XX:Tier4MinInvocationThreshold=3000"
+        " -XX:Tier4CompileThreshold=75000 -XX:Tier4BackEdgeThreshold=200000",
     }
     assert expected == {k: conf[k] for k in expected}
 
