@@ -64,8 +64,8 @@ def runtime_jars(jars_dir: str) -> list[str]:
 # HotSpot options of every Spark JVM (`spark_conf`): JIT-compile methods of any size, and
 # leave C2 the code a driver runs hot. C2's thresholds are five times HotSpot's: a
 # driver runs Spark's planning code a few times per micro-batch, which under the
-# defaults kept C2 compiling it minutes after the start (`make run`, minutes 3-4:
-# 10,000 methods in 2 minutes, 72 s of C2's time); the hot loops over rows still reach
+# defaults kept C2 compiling it minutes after the start (`make run`'s third to fifth
+# minute: 10,572 methods, 72 s of C2's time); the hot loops over rows still reach
 # C2 within a batch (docs/performance.md, "Starting a driver").
 _JIT_OPTIONS = (
     "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=25000"

@@ -1,9 +1,11 @@
-"""The driver JVM's options: the JSON log configuration and the class-data archive."""
+"""The driver JVM's options: the JSON log configuration, the class-data archive, the JIT's."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from pyspark.sql import SparkSession
 
 from service.config import Settings
 from service.streaming.session import DEFAULT_CDS_ARCHIVE, cds_archive, driver_java_options
@@ -31,3 +33,20 @@ def test_java_options_keep_the_operator_s_and_map_the_archive_quietly() -> None:
         "-Xlog:cds=off",
         "-Xlog:cds+dynamic=off",
     ] == options
+
+
+def test_the_driver_leaves_c2_the_hot_code(spark: SparkSession) -> None:
+    """The driver JVM runs with C2's thresholds at five times HotSpot's (`_JIT_OPTIONS`):
+    the flags reach the live JVM, as HotSpot reads them."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    expected = {
+        "Tier4InvocationThreshold": "25000",
+        "Tier4MinInvocationThreshold": "3000",
+        "Tier4CompileThreshold": "75000",
+        "Tier4BackEdgeThreshold": "200000",
+    }
+    assert expected == {name: diagnostic.getVMOption(name).getValue() for name in expected}

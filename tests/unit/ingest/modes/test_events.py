@@ -396,31 +396,6 @@ def test_streaming_and_static_parsing_agree(spark: SparkSession, tmp_path: Any) 
     assert expected == streamed
 
 
-def test_the_driver_leaves_c2_the_hot_code(spark: SparkSession) -> None:
-    """The driver JVM runs with C2's thresholds at five times HotSpot's (`_JIT_OPTIONS`):
-    the flags reach the live JVM, as HotSpot reads them."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
-    )
-    flags = {
-        name: diagnostic.getVMOption(name).getValue()
-        for name in (
-            "Tier4InvocationThreshold",
-            "Tier4MinInvocationThreshold",
-            "Tier4CompileThreshold",
-            "Tier4BackEdgeThreshold",
-        )
-    }
-    assert flags == {
-        "Tier4InvocationThreshold": "25000",
-        "Tier4MinInvocationThreshold": "3000",
-        "Tier4CompileThreshold": "75000",
-        "Tier4BackEdgeThreshold": "200000",
-    }
-
-
 def test_validation_runs_as_compiled_code(spark: SparkSession) -> None:
     """Validation's staged fields generate a method over HotSpot's 8,000-bytecode limit:
     the JVM must compile it, and Spark must keep that stage whole instead of splitting
