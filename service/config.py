@@ -49,6 +49,42 @@ _TOPIC_VARIABLE = re.compile(r"^INGEST_([A-Z][A-Z0-9_]*)_TOPIC$")
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
+# Shuffle partitions on a cluster unless set: twice the default executors' cores
+# (docs/deploy.md, "Sizing").
+_CLUSTER_SHUFFLE_PARTITIONS = 4
+# ``local``, ``local[N]``, ``local[*]``, with or without ``,maxFailures``.
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
+
+
+def default_shuffle_partitions(master: str) -> int:
+    """One shuffle partition per core of a local ``master`` (``local[*]``: `available_cores`),
+    else `_CLUSTER_SHUFFLE_PARTITIONS`.
+
+    Each task of a stateful stage pays its state stores' load and commit and Spark's fixed
+    cost of a task whatever its rows: on two cores, gold's batches took 1.2-1.4 times as long
+    with four as with two (`make run`, docs/performance.md).
+    """
+    match = _LOCAL_MASTER.fullmatch(master)
+    if match is None:
+        return _CLUSTER_SHUFFLE_PARTITIONS
+    cores = match.group(1)
+    if cores is None:
+        return 1
+    return available_cores() if cores == "*" else int(cores)
+
+
+def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on (its CPU affinity), capped by its cgroup's CPU
+    quota (a container's CPU limit, cgroup v2), as the JVM counts them for ``local[*]``."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()
+        limit = -(-int(quota) // int(period))  # rounded up, as the JVM does
+    except (OSError, ValueError):  # no cgroup v2 file, or "max": no quota
+        return cores
+    return max(1, min(cores, limit))
+
+
 def default_cache_dir() -> Path:
     """Return the machine-wide cache of downloaded artefacts (jars, binaries)."""
     return Path(os.environ.get("LAKEHOUSE_CACHE", str(Path.home() / ".cache" / "lakehouse-ingest")))
@@ -300,7 +336,9 @@ class SparkSettings(BaseModel):
 
     spark_master: str = "local[*]"
     spark_driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
-    spark_shuffle_partitions: int = Field(default=4, gt=0)
+    spark_shuffle_partitions: int = Field(
+        default_factory=lambda data: default_shuffle_partitions(data["spark_master"]), gt=0
+    )
     spark_ui_enabled: bool = True
     spark_ui_port: int = Field(default=4040, ge=1, le=65535)
     jars_dir: str = Field(default_factory=lambda: str(default_cache_dir() / "jars" / "spark"))

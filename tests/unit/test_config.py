@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
-from service.config import Location, Settings, load_settings
+from service.config import Location, Settings, available_cores, load_settings
 from service.errors import ConfigError
 from service.kafka.admin import check_kafka_access
 from service.kafka.source import source_options
@@ -180,6 +181,38 @@ def test_gold_triggers_every_three_ingest_triggers_unless_set(
     assert 12.0 == load_settings().gold_trigger_seconds
     monkeypatch.setenv("INGEST_GOLD_TRIGGER_INTERVAL_SECONDS", "5")
     assert 5.0 == load_settings().gold_trigger_seconds
+
+
+@pytest.mark.parametrize(
+    ("master", "partitions"),
+    [
+        ("local", 1),
+        ("local[3]", 3),
+        ("local[5,2]", 5),
+        ("spark://h:7077", 4),
+        ("local-cluster[2,1,1024]", 4),
+    ],
+)
+def test_shuffle_partitions_are_one_per_local_core_unless_set(
+    monkeypatch: pytest.MonkeyPatch, master: str, partitions: int
+) -> None:
+    monkeypatch.setenv("INGEST_SPARK_MASTER", master)
+    assert partitions == load_settings().spark_shuffle_partitions
+    monkeypatch.setenv("INGEST_SPARK_SHUFFLE_PARTITIONS", "7")
+    assert 7 == load_settings().spark_shuffle_partitions
+
+
+def test_local_star_counts_the_cores_as_the_jvm_does(tmp_path: Path) -> None:
+    """``local[*]``'s cores: the process's CPU affinity, capped by a cgroup v2 quota."""
+    affinity = len(os.sched_getaffinity(0))
+    assert available_cores() == load_settings().spark_shuffle_partitions
+    assert affinity == available_cores(tmp_path / "none")
+    cpu_max = tmp_path / "cpu.max"
+    for text, cores in [("max 100000", affinity), ("100000 100000", 1), ("50000 100000", 1)]:
+        cpu_max.write_text(text + "\n")
+        assert cores == available_cores(cpu_max)
+    cpu_max.write_text("150000 100000\n")  # 1.5 cores: 2, as the JVM rounds up
+    assert min(affinity, 2) == available_cores(cpu_max)
 
 
 def test_a_client_keystore_reaches_both_kafka_clients(monkeypatch: pytest.MonkeyPatch) -> None:
