@@ -56,6 +56,11 @@ _CLUSTER_SHUFFLE_PARTITIONS = 4
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 
 
+def is_local_master(master: str) -> bool:
+    """Whether ``master`` runs the executor in the driver's JVM (not ``local-cluster``)."""
+    return _LOCAL_MASTER.fullmatch(master) is not None
+
+
 def default_shuffle_partitions(master: str) -> int:
     """One shuffle partition per core of a local ``master`` (``local[*]``: `available_cores`),
     else `_CLUSTER_SHUFFLE_PARTITIONS`.
@@ -73,16 +78,35 @@ def default_shuffle_partitions(master: str) -> int:
     return available_cores() if cores == "*" else int(cores)
 
 
-def available_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+def available_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """The cores this process may run on (its CPU affinity), capped by its cgroup's CPU
-    quota (a container's CPU limit, cgroup v2), as the JVM counts them for ``local[*]``."""
+    quota (a container's CPU limit), as the JVM counts them for ``local[*]``."""
     cores = len(os.sched_getaffinity(0))
+    quota = _cpu_quota(cgroup)
+    return cores if quota is None else max(1, min(cores, quota))
+
+
+def _cpu_quota(cgroup: Path) -> int | None:
+    """The CPU quota of ``cgroup`` in cores, rounded up as the JVM does; None without one.
+
+    cgroup v2 writes ``<quota> <period>`` in ``cpu.max`` (``max`` for none); v1 writes them
+    in ``cpu/cpu.cfs_quota_us`` (-1 for none) and ``cpu/cpu.cfs_period_us``.
+    """
     try:
-        quota, period = cpu_max.read_text().split()
-        limit = -(-int(quota) // int(period))  # rounded up, as the JVM does
-    except (OSError, ValueError):  # no cgroup v2 file, or "max": no quota
-        return cores
-    return max(1, min(cores, limit))
+        quota, period = (cgroup / "cpu.max").read_text().split()
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        microseconds, per = int(quota), int(period)
+    except ValueError:  # "max": no quota
+        return None
+    if microseconds <= 0 or per <= 0:  # v1's -1: no quota
+        return None
+    return -(-microseconds // per)
 
 
 def default_cache_dir() -> Path:

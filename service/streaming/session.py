@@ -21,7 +21,7 @@ from pyspark import SparkConf, SparkContext, java_gateway
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from service.config import Settings
+from service.config import Settings, is_local_master
 from service.errors import ConfigError
 from service.logs import generated_file, jvm_log_config
 
@@ -185,7 +185,7 @@ def _classpath_conf(settings: Settings, jars: list[str]) -> dict[str, str]:
     executor, for a copy from the same disk). Never extraClassPath: that would put the
     bundle's unshaded netty and slf4j 1.x ahead of Spark's.
     """
-    if _is_local(settings.spark_master):
+    if is_local_master(settings.spark_master):
         return {}
     if settings.spark_executor_jars_dir is None:
         return {"spark.jars": ",".join(jars)}
@@ -203,12 +203,7 @@ def local_mode_classpath(settings: Settings) -> list[str]:
     directory for the in-process executor, and a killed driver leaves that copy
     behind; Spark's launcher appends ``SPARK_DIST_CLASSPATH`` after its own jars instead.
     """
-    return runtime_jars(settings.jars_dir) if _is_local(settings.spark_master) else []
-
-
-def _is_local(master: str) -> bool:
-    """Whether ``master`` runs the executor in the driver's JVM (not ``local-cluster``)."""
-    return master == "local" or master.startswith("local[")
+    return runtime_jars(settings.jars_dir) if is_local_master(settings.spark_master) else []
 
 
 def cluster_conf(settings: Settings) -> dict[str, str]:
@@ -228,7 +223,7 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
         "spark.local.dir": settings.spark_local_dir,
         # In local mode the executor is the driver's JVM.
         "spark.executor.defaultJavaOptions": (
-            None if _is_local(settings.spark_master) else _JIT_OPTIONS
+            None if is_local_master(settings.spark_master) else _JIT_OPTIONS
         ),
         "spark.kubernetes.container.image": settings.spark_kubernetes_container_image,
         "spark.kubernetes.namespace": settings.spark_kubernetes_namespace,
@@ -252,7 +247,7 @@ def expected_executors(settings: Settings) -> int | None:
     standalone master ``spark.cores.max // spark.executor.cores`` when both are set.
     With dynamic allocation the count is Spark's to choose: None.
     """
-    if _is_local(settings.spark_master):
+    if is_local_master(settings.spark_master):
         return 0
     conf = cluster_conf(settings)
     if conf.get("spark.dynamicAllocation.enabled", "").strip().lower() == "true":

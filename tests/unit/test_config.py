@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from service.config import Location, Settings, available_cores, load_settings
+from service.config import Location, Settings, available_cores, is_local_master, load_settings
 from service.errors import ConfigError
 from service.kafka.admin import check_kafka_access
 from service.kafka.source import source_options
@@ -203,16 +203,39 @@ def test_shuffle_partitions_are_one_per_local_core_unless_set(
 
 
 def test_local_star_counts_the_cores_as_the_jvm_does(tmp_path: Path) -> None:
-    """``local[*]``'s cores: the process's CPU affinity, capped by a cgroup v2 quota."""
+    """``local[*]``'s cores: the process's CPU affinity, capped by a cgroup v2 or v1 quota."""
     affinity = len(os.sched_getaffinity(0))
     assert available_cores() == load_settings().spark_shuffle_partitions
-    assert affinity == available_cores(tmp_path / "none")
-    cpu_max = tmp_path / "cpu.max"
+    assert affinity == available_cores(tmp_path)  # no cgroup files: no quota
+    cpu_max = tmp_path / "v2" / "cpu.max"
+    cpu_max.parent.mkdir()
     for text, cores in [("max 100000", affinity), ("100000 100000", 1), ("50000 100000", 1)]:
         cpu_max.write_text(text + "\n")
-        assert cores == available_cores(cpu_max)
+        assert cores == available_cores(cpu_max.parent)
     cpu_max.write_text("150000 100000\n")  # 1.5 cores: 2, as the JVM rounds up
-    assert min(affinity, 2) == available_cores(cpu_max)
+    assert min(affinity, 2) == available_cores(cpu_max.parent)
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    for text, cores in [("-1", affinity), ("100000", 1), ("150000", min(affinity, 2))]:
+        (v1 / "cpu.cfs_quota_us").write_text(text + "\n")
+        assert cores == available_cores(v1.parent)
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local[4,3]", True),
+        ("local-cluster[2,1,1024]", False),
+        ("spark://host:7077", False),
+        ("k8s://https://api:6443", False),
+    ],
+)
+def test_a_local_master_runs_the_executor_in_the_driver(master: str, local: bool) -> None:
+    assert is_local_master(master) is local
 
 
 def test_a_client_keystore_reaches_both_kafka_clients(monkeypatch: pytest.MonkeyPatch) -> None:
