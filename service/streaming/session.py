@@ -151,8 +151,22 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] = str(
             settings.state_store_memory_mb
         )
+    if is_local_master(settings.spark_master):
+        conf.update(_LOCAL_FILE_SYSTEM)
     conf.update(cluster_conf(settings))
     return conf
+
+
+# Hadoop's local file system, without its native library (which Spark does not ship),
+# runs a `chmod` process for every file it creates and a `readlink` for every link status
+# a FileContext rename asks for (Spark's checkpoint files, Delta's log): 36 ms and
+# 8 CPU-ms of processes per checkpoint file, some 33 processes a second in `make run`.
+# The service's own (jvm/checker, lakehouse.ingest.fs) does both through java.nio: 3 ms
+# (docs/performance.md). Local mode only, where the jar is on the JVM's class path.
+_LOCAL_FILE_SYSTEM = {
+    "spark.hadoop.fs.file.impl": "lakehouse.ingest.fs.NioLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "lakehouse.ingest.fs.NioLocalFs",
+}
 
 
 # The pool of the driver's own jobs beside the queries' (the Delta checkpoints it writes).
