@@ -18,7 +18,7 @@ ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # ---- stage 1: JVM jars from Maven Central (same manifest and flags as `make jars`), and
-# ---- the typed fast path's checker built from jvm/checker beside them ----
+# ---- the service's Java (the fast path's checker, the local file system) from jvm/checker ----
 FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /build/deploy/jvm/spark
 COPY deploy/jvm/settings.xml /build/deploy/jvm/settings.xml

@@ -16,7 +16,8 @@ MINIO_BIN   := $(LAKEHOUSE_CACHE)/bin/minio
 MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
 
 SPARK_POM_HASH := $(shell sha256sum deploy/jvm/spark/pom.xml | cut -c1-16)
-# The typed fast path's checker (jvm/checker), built into the Spark jars directory.
+# The service's Java (jvm/checker: the typed fast path's checker, the local file system),
+# built into the Spark jars directory.
 CHECKER_HASH   := $(shell cat jvm/checker/pom.xml $$(find jvm/checker/src -type f | sort) | sha256sum | cut -c1-16)
 SPARK_JARS_STAMP := $(SPARK_JARS)/.stamp-$(SPARK_POM_HASH)-$(CHECKER_HASH)
 KAFKA_POM_HASH := $(shell sha256sum deploy/jvm/kafka/pom.xml 2>/dev/null | cut -c1-16)
