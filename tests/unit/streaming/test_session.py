@@ -1,4 +1,5 @@
-"""The executors a configuration asks for: what lakehouse_ingest_executors_expected exports."""
+"""What a configuration asks of Spark: its executors (what lakehouse_ingest_executors_expected
+exports), and a local driver's file system."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from service.config import Settings
-from service.streaming.session import expected_executors
+from service.streaming.session import expected_executors, spark_conf
 
 STANDALONE = "spark://spark-master:7077"
 KUBERNETES = "k8s://https://kubernetes.default.svc"
@@ -79,3 +80,18 @@ def test_the_extra_spark_configuration_wins_as_it_does_for_spark() -> None:
     )
     garbled = {"spark.executor.instances": "several"}
     assert expected_executors(settings(KUBERNETES, spark_extra_conf=garbled)) is None
+
+
+@pytest.mark.parametrize("master", ["local[2]", STANDALONE, KUBERNETES])
+def test_only_a_local_driver_swaps_the_file_system_whose_jar_is_on_its_class_path(
+    master: str,
+) -> None:
+    conf = spark_conf(settings(master))
+    local = master.startswith("local")
+    assert local == ("spark.hadoop.fs.file.impl" in conf)
+    assert local == ("spark.hadoop.fs.AbstractFileSystem.file.impl" in conf)
+    extra = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
+    assert (
+        "org.apache.hadoop.fs.LocalFileSystem"
+        == (spark_conf(settings(master, spark_extra_conf=extra))["spark.hadoop.fs.file.impl"])
+    )
