@@ -159,9 +159,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
 
 # Hadoop's local file system, without its native library (which Spark does not ship),
 # runs a `chmod` process for every file it creates and a `readlink` for every link status
-# a FileContext rename asks for (Spark's checkpoint files, Delta's log): 36 ms and
-# 8 CPU-ms of processes per checkpoint file, some 33 processes a second in `make run`.
-# The service's own (jvm/checker, lakehouse.ingest.fs) does both through java.nio: 3 ms
+# a FileContext rename asks for (Spark's checkpoint files, Delta's log): 35 ms and as
+# much CPU per checkpoint file, some 33 processes a second in `make run`. The service's
+# own (jvm/checker, lakehouse.ingest.fs) does both through java.nio: 0.9 ms
 # (docs/performance.md). Local mode only, where the jar is on the JVM's class path.
 _LOCAL_FILE_SYSTEM = {
     "spark.hadoop.fs.file.impl": "lakehouse.ingest.fs.NioLocalFileSystem",

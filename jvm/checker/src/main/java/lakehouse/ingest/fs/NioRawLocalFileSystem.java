@@ -18,7 +18,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * <p>Without Hadoop's native library, which Spark's distribution does not ship, {@link
  * RawLocalFileSystem} runs {@code chmod} for every file it creates and {@code readlink} for
  * every link status that a {@code FileContext} rename asks for: some 33 processes a second
- * in {@code make run}, 4-8 ms of CPU each (docs/performance.md). This class sets the
+ * in {@code make run}, 3.5-7 ms of CPU each (docs/performance.md). This class sets the
  * permission and tells a symbolic link apart through {@code java.nio} instead, and leaves
  * everything else, symbolic links and the sticky bit included, to Hadoop.
  */
@@ -47,7 +47,7 @@ public class NioRawLocalFileSystem extends RawLocalFileSystem {
     }
   }
 
-  /** What Hadoop's status of a path that is not a symbolic link is: its file status. */
+  /** A path that is not a symbolic link: its file status, Hadoop's answer without a readlink. */
   @Override
   public FileStatus getFileLinkStatus(Path f) throws IOException {
     if (Files.isSymbolicLink(pathToFile(f).toPath())) {
