@@ -16,6 +16,7 @@ import base64
 import contextlib
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,12 +45,35 @@ from service.config import default_cache_dir
 KAFKA_LOG4J_CONFIG = Path(__file__).resolve().with_name("kafka-log4j2.yaml")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+EPHEMERAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 15000
+
+
+def free_port(ephemeral_range: Path = EPHEMERAL_PORT_RANGE) -> int:
+    """A TCP port on 127.0.0.1 that is free right now, below the kernel's ephemeral range.
+
+    A server restarted on its port (a MinIO or broker outage in a test) must find it free: an
+    ephemeral port can meanwhile go to any outgoing connection, even to a client that retries
+    the dead server and connects to itself on it. Falls back to a kernel-chosen port when the
+    range leaves no room below it.
+    """
+    try:
+        ephemeral_low = int(ephemeral_range.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200 if ephemeral_low - _LOWEST_PORT >= 1000 else 0):
+        port = rng.randrange(_LOWEST_PORT, ephemeral_low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def _port_open(port: int) -> bool:
