@@ -62,18 +62,17 @@ def free_port(ephemeral_range: Path = EPHEMERAL_PORT_RANGE) -> int:
     except (OSError, ValueError, IndexError):
         ephemeral_low = 32768
     rng = random.SystemRandom()
-    for _ in range(200 if ephemeral_low - _LOWEST_PORT >= 1000 else 0):
-        port = rng.randrange(_LOWEST_PORT, ephemeral_low)
+    below = ephemeral_low - _LOWEST_PORT >= 1000
+    candidates = [rng.randrange(_LOWEST_PORT, ephemeral_low) for _ in range(200)] if below else []
+    for candidate in [*candidates, 0]:  # 0: the kernel's choice
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind(("127.0.0.1", candidate))
             except OSError:
                 continue
+            port: int = sock.getsockname()[1]
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        chosen: int = sock.getsockname()[1]
-        return chosen
+    raise RuntimeError("no free TCP port on 127.0.0.1")
 
 
 def _port_open(port: int) -> bool:

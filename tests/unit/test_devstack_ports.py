@@ -28,5 +28,5 @@ def test_no_room_below_the_range_or_no_range_file_still_gives_a_free_port(
     port = free_port(ranges)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
-    if content is None or content == "":
+    if not content:
         assert 15000 <= port < 32768
