@@ -7,8 +7,8 @@ every rule of the contract that does not depend on the time, reading the same ty
 values the exact checks read (its comment lists what it leaves to them: duplicate or
 unknown keys, numbers whose reading could differ, ...), and its date-time fields name
 instants within years 1-9999 not too far ahead of its arrival. Such a record has no error
-and its typed record is the checker's (date-times as text, then read as the exact checks
-read them); every other record goes through the VARIANT validation
+and its typed record is the checker's (a date-time's instant read as the exact checks
+read it, in microseconds); every other record goes through the VARIANT validation
 (`service.ingest.validation`), which decides its verdict, error code and detail.
 `FastPath.of` is None for a contract whose features the checker does not know (arrays,
 maps, free-form objects, dates, framing, conditions on nested fields): all of its records
@@ -38,7 +38,6 @@ from pyspark.sql.types import (
 from service.contracts.loading import ANNOTATIONS, NUMBER_KEYWORDS, OBJECT_KEYWORDS, VALUE_KEYWORDS
 from service.contracts.model import Branch, Contract, Field
 from service.ingest.rules import java_pattern
-from service.ingest.validation import instant_in_years
 
 CHECKER_CLASS = "lakehouse.ingest.FastCheck"
 # Whether a row took the fast path; its typed payload (`FastPath.mark`).
@@ -47,13 +46,13 @@ _TYPED = "_fast_typed"
 # What the checker decides: a value's keywords and annotations; an object's.
 _VALUE_KEYWORDS = VALUE_KEYWORDS | ANNOTATIONS
 _OBJECT_KEYWORDS = OBJECT_KEYWORDS | ANNOTATIONS
-# How `FastCheck` types a leaf's column ("text": a date-time's, read by `_instant`).
+# How `FastCheck` types a leaf's column ("micros": a date-time's instant).
 _COLUMN_KINDS: Mapping[DataType, str] = {
     StringType(): "string",
     LongType(): "long",
     DoubleType(): "double",
     BooleanType(): "boolean",
-    TimestampType(): "text",
+    TimestampType(): "micros",
 }
 
 
@@ -97,54 +96,25 @@ class FastPath:
         typed = bronze.withColumn(
             _TYPED, F.when(size_ok, F.call_function(name, F.col("value_text")))
         )
-        instants = {f.column: _instant(self._text(f)) for f in self._date_times()}
-        staged = typed.withColumns({_instant_column(c): v for c, v in instants.items()})
         fast = F.col(_TYPED).isNotNull()
-        for f in self._date_times():
-            text, instant = self._text(f), F.col(_instant_column(f.column))
-            fast = fast & (text.isNull() | instant.isNotNull())
         event_time = self.contract.event_time
         if event_time is not None and skew is not None:
-            instant = F.col(_instant_column(self.contract.field(event_time).column))
-            ahead = F.unix_micros(instant) - F.unix_micros(F.col("kafka_timestamp"))
+            micros = self._typed(self.contract.field(event_time))
+            ahead = micros - F.unix_micros(F.col("kafka_timestamp"))
             fast = fast & ~F.coalesce(ahead > skew * 1_000_000, F.lit(False))
-        return staged.withColumn(FAST, fast)
+        return typed.withColumn(FAST, fast)
 
     def value(self, f: Field) -> Column:
         """Leaf ``f``'s typed value on a fast row (`mark`)."""
         if f.format == "date-time":
-            return F.col(_instant_column(f.column))
-        return self._text(f)
+            return F.timestamp_micros(self._typed(f))
+        return self._typed(f)
 
-    def _text(self, f: Field) -> Column:
+    def _typed(self, f: Field) -> Column:
         value = F.col(_TYPED)
         for part in f.path.split("."):
             value = value.getField(part)
         return value
-
-    def _date_times(self) -> list[Field]:
-        return [f for f in self.contract.leaves if f.format == "date-time"]
-
-
-def _instant_column(column: str) -> str:
-    return f"_fast_instant_{column}"
-
-
-def _instant(text: Column) -> Column:
-    """A date-time's text as the exact validation reads it (`validation._reading`): integer
-    epoch milliseconds, or an ISO-8601 string (zone-less: UTC) within years 1-9999.
-
-    `FastCheck` checked its form (the ISO-8601 pattern, or an integer within years 1-9999), so
-    simple tests tell the forms and the zone apart: the exact validation's regular
-    expressions and a failing ``try_cast`` cost half as much again as the rest of the fast
-    path's typing.
-    """
-    iso = F.substring(text, 5, 1) == "-"
-    tail = F.substring(text, 20, 20)
-    zoned = tail.contains("Z") | tail.contains("+") | tail.contains("-")
-    read = F.try_to_timestamp(F.when(zoned, text).otherwise(F.concat(text, F.lit("Z"))))
-    epoch = F.timestamp_millis(text.cast("bigint"))
-    return F.when(iso, F.when(instant_in_years(read), read)).otherwise(epoch)
 
 
 def _supported(f: Field) -> bool:
@@ -229,13 +199,13 @@ def _branch(branch: Branch | None) -> dict[str, Any] | None:
 
 def _column(contract: Contract, f: Field) -> StructField:
     """The checker's column of top-level (or nested) field ``f``: a nested object a struct,
-    a date-time its text."""
+    a date-time its instant in microseconds."""
     data_type: DataType
     if f.is_object:
         nested = [p for p in contract.fields if p.path.rpartition(".")[0] == f.path]
         data_type = StructType([_column(contract, p) for p in nested])
     elif f.format == "date-time":
-        data_type = StringType()
+        data_type = LongType()
     else:
         assert f.data_type is not None
         data_type = f.data_type

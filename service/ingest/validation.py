@@ -418,7 +418,7 @@ class JsonField:
             day = _iso_date(self.as_string())
             return day.isNotNull() & ~_day_in_years(day)
         instant = _iso_timestamp(self.as_string())
-        return instant.isNotNull() & ~instant_in_years(instant)
+        return instant.isNotNull() & ~_instant_in_years(instant)
 
     def as_string(self) -> Column:
         """The value when it is a JSON string."""
@@ -543,7 +543,7 @@ def _reading(parent: JsonField, reader: str) -> Column:
     iso = _iso_timestamp(parent.as_string())
     millis = parent.as_long()
     epoch = F.timestamp_millis(F.when(millis.between(MIN_EPOCH_MILLIS, MAX_EPOCH_MILLIS), millis))
-    return F.coalesce(F.when(instant_in_years(iso), iso), epoch)
+    return F.coalesce(F.when(_instant_in_years(iso), iso), epoch)
 
 
 def _iso_date(text: Column) -> Column:
@@ -699,5 +699,5 @@ def _day_in_years(day: Column) -> Column:
     return day.between(F.lit(_MIN_DATE).cast("date"), F.lit(_MAX_DATE).cast("date"))
 
 
-def instant_in_years(instant: Column) -> Column:
+def _instant_in_years(instant: Column) -> Column:
     return F.unix_micros(instant).between(_MIN_MICROS, _MAX_MICROS)

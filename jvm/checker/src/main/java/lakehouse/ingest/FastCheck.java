@@ -3,10 +3,11 @@ package lakehouse.ingest;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.time.DateTimeException;
+import java.time.LocalDate;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -28,28 +29,59 @@ import org.apache.spark.sql.api.java.UDF1;
  * declared property, every value of a declared JSON type and within its rules, no number
  * whose reading could differ (beyond 64 bits, not finite, more than 15 significant digits;
  * a zero written without an exponent reads as an unsigned zero, as there), no UTF-16
- * surrogate. Null sends the record to the exact validation, which decides it. The
- * record's columns are the spec's, in its order; a date-time's is its text (an ISO-8601
- * string, or the epoch milliseconds as digits).
+ * surrogate, every date-time an instant within years 1-9999. Null sends the record to the
+ * exact validation, which decides it. The record's columns are the spec's, in its order;
+ * a date-time's is its instant in microseconds since the epoch, read as Spark reads an
+ * ISO-8601 string (the fraction truncated to microseconds, no zone: UTC) or as epoch
+ * milliseconds.
+ *
+ * <p>An object's members are read into an array of its declared properties' slots: a key
+ * that names none, or one already read (a duplicate), ends the fast path.
  */
 public final class FastCheck implements UDF1<String, Row> {
   private static final long serialVersionUID = 1L;
-  private static final JsonFactory JSON =
-      JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
-  private static final Pattern ISO_TIMESTAMP =
-      Pattern.compile(
-          "^\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}(:?\\d{2})?)?\\z");
+  private static final JsonFactory JSON = new JsonFactory();
   private static final long MIN_EPOCH_MILLIS = -62_135_596_800_000L;
   private static final long MAX_EPOCH_MILLIS = 253_402_300_799_999L;
+  private static final long MIN_MICROS = MIN_EPOCH_MILLIS * 1000;
+  private static final long MAX_MICROS = MAX_EPOCH_MILLIS * 1000 + 999;
+  private static final long NO_INSTANT = Long.MIN_VALUE;
   private static final int MAX_DIGITS = 15;
+
+  // JSON types, as bits of a node's declared types.
+  private static final int NULL = 1;
+  private static final int STRING = 2;
+  private static final int INTEGER = 4;
+  private static final int NUMBER = 8;
+  private static final int BOOLEAN = 16;
+  private static final int OBJECT = 32;
+  private static final Map<String, Integer> TYPES =
+      Map.of(
+          "null", NULL,
+          "string", STRING,
+          "integer", INTEGER,
+          "number", NUMBER,
+          "boolean", BOOLEAN,
+          "object", OBJECT);
+
+  // A leaf's column: how its JSON value becomes the record's typed value.
+  private enum Column {
+    STRING,
+    LONG,
+    DOUBLE,
+    BOOLEAN,
+    MICROS,
+    OBJECT
+  }
 
   private final String spec;
   private transient Node root;
+  private transient List<Conditional> conditionals;
 
   /** A checker of the contract {@code spec} (JSON, written by fast_path.py). */
   public FastCheck(String spec) {
     this.spec = spec;
-    this.root = parseSpec(spec);
+    parseSpec(spec);
   }
 
   @Override
@@ -58,46 +90,48 @@ public final class FastCheck implements UDF1<String, Row> {
       return null;
     }
     if (root == null) {
-      root = parseSpec(spec);
+      parseSpec(spec);
     }
-    Object document;
+    Object[] members;
     try (JsonParser parser = JSON.createParser(payload)) {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         return null;
       }
-      document = readObject(parser);
-      if (document == null || parser.nextToken() != null) {
+      members = readObject(parser, root);
+      if (members == null || parser.nextToken() != null) {
         return null;
       }
     } catch (IOException | RuntimeException e) {
       return null;
     }
-    @SuppressWarnings("unchecked")
-    Map<String, Object> members = (Map<String, Object>) document;
     return root.objectHolds(members) && conditionalsHold(members) ? root.row(members) : null;
   }
 
-  // ---- reading: a JSON value as null (JSON null), Boolean, Long, Double, String, Map;
-  // ---- NO_FAST_PATH for a value the exact validation must see.
+  // ---- reading: a JSON value as JSON_NULL, Boolean, Long, Double, String, or an object's
+  // ---- slots (Object[], null where absent); NO_FAST_PATH for one the exact validation must see.
 
   private static final Object NO_FAST_PATH = new Object();
   private static final Object JSON_NULL = new Object();
 
-  private static Object readObject(JsonParser parser) throws IOException {
-    Map<String, Object> members = new HashMap<>();
+  private static Object[] readObject(JsonParser parser, Node node) throws IOException {
+    Object[] members = new Object[node.slots.length];
     JsonToken token;
     while ((token = parser.nextToken()) == JsonToken.FIELD_NAME) {
-      String name = parser.currentName();
-      Object value = readValue(parser, parser.nextToken());
+      Integer slot = node.index.get(parser.currentName());
+      if (slot == null || members[slot] != null) {
+        return null;
+      }
+      Object value = readValue(parser, parser.nextToken(), node.slots[slot]);
       if (value == NO_FAST_PATH) {
         return null;
       }
-      members.put(name, value);
+      members[slot] = value;
     }
     return token == JsonToken.END_OBJECT ? members : null;
   }
 
-  private static Object readValue(JsonParser parser, JsonToken token) throws IOException {
+  private static Object readValue(JsonParser parser, JsonToken token, Node node)
+      throws IOException {
     switch (token) {
       case VALUE_NULL:
         return JSON_NULL;
@@ -128,16 +162,15 @@ public final class FastCheck implements UDF1<String, Row> {
         // A zero without an exponent is a decimal zero to the exact validation: unsigned.
         return value == 0.0 && number.indexOf('e') < 0 && number.indexOf('E') < 0 ? 0.0 : value;
       case START_OBJECT:
-        Object members = readObject(parser);
+        // Only a declared object's members have slots.
+        if (node.column != Column.OBJECT) {
+          return NO_FAST_PATH;
+        }
+        Object[] members = readObject(parser, node);
         return members == null ? NO_FAST_PATH : members;
       default:
         return NO_FAST_PATH;
     }
-  }
-
-  /** Whether JSON null is a valid value of a declared property (not of an undeclared one). */
-  private static boolean nullable(Node node) {
-    return node != null && node.types.contains("null");
   }
 
   private static int digits(String number) {
@@ -154,114 +187,206 @@ public final class FastCheck implements UDF1<String, Row> {
     return count;
   }
 
-  private static String kindOf(Object value) {
+  private static int kindOf(Object value) {
     if (value == JSON_NULL) {
-      return "null";
+      return NULL;
     }
     if (value instanceof String) {
-      return "string";
+      return STRING;
     }
     if (value instanceof Long) {
-      return "integer";
+      return INTEGER;
     }
     if (value instanceof Double) {
-      return "number";
+      return NUMBER;
     }
     if (value instanceof Boolean) {
-      return "boolean";
+      return BOOLEAN;
     }
-    return "object";
+    return OBJECT;
+  }
+
+  /**
+   * The instant of an ISO-8601 date-time, as Spark reads the forms the exact validation
+   * accepts ({@code YYYY-MM-DD[T ]hh:mm:ss[.f{1,9}][Z|±hh|±hhmm|±hh:mm]}, no zone: UTC), in
+   * microseconds (the fraction truncated); NO_INSTANT for any other text, a day or time that
+   * does not exist, an offset beyond ±18:00 or an instant outside years 1-9999.
+   */
+  static long instantMicros(String text) {
+    int n = text.length();
+    if (n < 19
+        || text.charAt(4) != '-'
+        || text.charAt(7) != '-'
+        || (text.charAt(10) != 'T' && text.charAt(10) != ' ')
+        || text.charAt(13) != ':'
+        || text.charAt(16) != ':') {
+      return NO_INSTANT;
+    }
+    int year = number(text, 0, 4);
+    int month = number(text, 5, 2);
+    int day = number(text, 8, 2);
+    int hour = number(text, 11, 2);
+    int minute = number(text, 14, 2);
+    int second = number(text, 17, 2);
+    if (year < 0 || month < 0 || day < 0 || hour < 0 || minute < 0 || second < 0) {
+      return NO_INSTANT;
+    }
+    int i = 19;
+    long nanos = 0;
+    if (i < n && text.charAt(i) == '.') {
+      int start = ++i;
+      while (i < n && i - start < 9 && isDigit(text.charAt(i))) {
+        nanos = nanos * 10 + (text.charAt(i++) - '0');
+      }
+      if (i == start) {
+        return NO_INSTANT;
+      }
+      for (int d = i - start; d < 9; d++) {
+        nanos *= 10;
+      }
+    }
+    int offset = 0;
+    if (i < n && text.charAt(i) == 'Z') {
+      i++;
+    } else if (i < n && (text.charAt(i) == '+' || text.charAt(i) == '-')) {
+      int sign = text.charAt(i) == '-' ? -1 : 1;
+      int hours = number(text, i + 1, 2);
+      i += 3;
+      int minutes = 0;
+      if (i < n) {
+        if (text.charAt(i) == ':') {
+          i++;
+        }
+        minutes = number(text, i, 2);
+        i += 2;
+      }
+      if (hours < 0 || minutes < 0 || hours > 18 || minutes > 59 || (hours == 18 && minutes > 0)) {
+        return NO_INSTANT;
+      }
+      offset = sign * (hours * 3600 + minutes * 60);
+    }
+    if (i != n || hour > 23 || minute > 59 || second > 59) {
+      return NO_INSTANT;
+    }
+    long epochDay;
+    try {
+      epochDay = LocalDate.of(year, month, day).toEpochDay();
+    } catch (DateTimeException e) {
+      return NO_INSTANT;
+    }
+    long seconds = epochDay * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    long micros = seconds * 1_000_000 + nanos / 1000;
+    return micros >= MIN_MICROS && micros <= MAX_MICROS ? micros : NO_INSTANT;
+  }
+
+  private static boolean isDigit(char c) {
+    return c >= '0' && c <= '9';
+  }
+
+  /** The {@code length} ASCII digits at {@code at} as a number, or -1. */
+  private static int number(String text, int at, int length) {
+    if (at + length > text.length()) {
+      return -1;
+    }
+    int value = 0;
+    for (int i = at; i < at + length; i++) {
+      char c = text.charAt(i);
+      if (!isDigit(c)) {
+        return -1;
+      }
+      value = value * 10 + (c - '0');
+    }
+    return value;
   }
 
   // ---- the contract
 
-  /** A property's schema: its JSON types and value rules; an object's properties. */
+  /** A property's schema: its JSON types and value rules; an object's properties' slots. */
   private static final class Node {
-    final Set<String> types = new HashSet<>();
+    boolean typed;
+    int types;
     boolean dateTime;
     int minLength = -1;
     int maxLength = -1;
-    Set<String> oneOf;
+    String[] oneOf;
     boolean nullInOneOf;
     Pattern pattern;
     Double minimum;
     Double maximum;
     Double exclusiveMinimum;
     Double exclusiveMaximum;
-    final Map<String, Node> properties = new HashMap<>();
-    final Set<String> required = new HashSet<>();
-    // An object's column names, in order; a leaf's column type.
-    final List<String> columns = new ArrayList<>();
-    String column;
+    Column column = Column.STRING;
+    // An object's properties, in column order: by name, and each one's schema and whether
+    // it is required.
+    final Map<String, Integer> index = new HashMap<>();
+    Node[] slots = new Node[0];
+    boolean[] required = new boolean[0];
 
-    Row row(Map<String, Object> members) {
-      Object[] values = new Object[columns.size()];
+    boolean nullable() {
+      return (types & NULL) != 0;
+    }
+
+    Row row(Object[] members) {
+      Object[] values = new Object[slots.length];
       for (int i = 0; i < values.length; i++) {
-        String name = columns.get(i);
-        values[i] = properties.get(name).typed(members.get(name));
+        values[i] = slots[i].typed(members[i]);
       }
       return RowFactory.create(values);
     }
 
     /** The value of this column: null unless the JSON type stands for the column's. */
-    @SuppressWarnings("unchecked")
     Object typed(Object value) {
       if (value == null || value == JSON_NULL) {
         return null;
       }
       switch (column) {
-        case "object":
-          return value instanceof Map ? row((Map<String, Object>) value) : null;
-        case "text":
-          return value instanceof String || value instanceof Long ? value.toString() : null;
-        case "double":
+        case OBJECT:
+          return value instanceof Object[] ? row((Object[]) value) : null;
+        case MICROS:
+          if (value instanceof Long) {
+            return (Long) value * 1000;
+          }
+          long micros = value instanceof String ? instantMicros((String) value) : NO_INSTANT;
+          return micros == NO_INSTANT ? null : micros;
+        case DOUBLE:
           return value instanceof Long || value instanceof Double
               ? ((Number) value).doubleValue()
               : null;
-        case "long":
+        case LONG:
           return value instanceof Long ? value : null;
-        case "boolean":
+        case BOOLEAN:
           return value instanceof Boolean ? value : null;
         default:
           return value instanceof String ? value : null;
       }
     }
 
-    boolean objectHolds(Map<String, Object> members) {
-      for (String name : required) {
-        Object value = members.get(name);
-        if (value == null || (value == JSON_NULL && !nullable(properties.get(name)))) {
-          return false;
-        }
-      }
-      for (Map.Entry<String, Object> member : members.entrySet()) {
-        Node node = properties.get(member.getKey());
-        if (node == null || !node.holds(member.getValue())) {
+    boolean objectHolds(Object[] members) {
+      for (int i = 0; i < members.length; i++) {
+        Object value = members[i];
+        if (value == null) {
+          if (required[i]) {
+            return false;
+          }
+        } else if ((value == JSON_NULL && required[i] && !slots[i].nullable())
+            || !slots[i].holds(value)) {
           return false;
         }
       }
       return true;
     }
 
-    @SuppressWarnings("unchecked")
     boolean holds(Object value) {
-      String kind = kindOf(value);
-      if (!types.isEmpty()) {
-        boolean allowed =
-            types.contains(kind) || (kind.equals("integer") && types.contains("number"));
-        if (!allowed) {
-          return false;
-        }
+      int kind = kindOf(value);
+      if (typed && (types & kind) == 0 && !(kind == INTEGER && (types & NUMBER) != 0)) {
+        return false;
       }
-      if (oneOf != null) {
-        boolean listed = value == JSON_NULL ? nullInOneOf : oneOf.contains(value);
-        if (!listed) {
-          return false;
-        }
+      if (oneOf != null && !(value == JSON_NULL ? nullInOneOf : listed(value))) {
+        return false;
       }
       if (value instanceof String) {
         String text = (String) value;
-        if (dateTime && !ISO_TIMESTAMP.matcher(text).find()) {
+        if (dateTime && instantMicros(text) == NO_INSTANT) {
           return false;
         }
         if (minLength >= 0 || maxLength >= 0) {
@@ -286,42 +411,57 @@ public final class FastCheck implements UDF1<String, Row> {
             && (exclusiveMinimum == null || number > exclusiveMinimum)
             && (exclusiveMaximum == null || number < exclusiveMaximum);
       }
-      if (value instanceof Map) {
-        return objectHolds((Map<String, Object>) value);
+      if (value instanceof Object[]) {
+        // An object's slots are its own property's: a conditional's schema of the same
+        // name leaves the record to the exact validation.
+        return column == Column.OBJECT && objectHolds((Object[]) value);
       }
       return true;
+    }
+
+    private boolean listed(Object value) {
+      for (String listed : oneOf) {
+        if (listed.equals(value)) {
+          return true;
+        }
+      }
+      return false;
     }
   }
 
   /** An ``if``/``then``/``else``: where its fields are present and equal, then; else, else. */
   private static final class Conditional {
-    final List<String> required = new ArrayList<>();
-    final Map<String, Set<String>> equals = new HashMap<>();
-    final Set<String> nullEquals = new HashSet<>();
+    // Root slots (-1: not a declared property, so never present).
+    int[] required;
+    int[] equalSlots;
+    List<Set<String>> equalValues;
+    boolean[] nullEquals;
     Branch then;
     Branch otherwise;
   }
 
   private static final class Branch {
-    final List<String> required = new ArrayList<>();
-    final Map<String, Node> properties = new HashMap<>();
+    int[] required;
+    int[] slots;
+    Node[] properties;
   }
 
-  private transient List<Conditional> conditionals;
+  private static Object member(Object[] members, int slot) {
+    return slot < 0 ? null : members[slot];
+  }
 
-  private boolean conditionalsHold(Map<String, Object> members) {
+  private boolean conditionalsHold(Object[] members) {
     for (Conditional conditional : conditionals) {
       boolean when = true;
-      for (String name : conditional.required) {
-        when &= members.containsKey(name);
+      for (int slot : conditional.required) {
+        when &= member(members, slot) != null;
       }
-      for (Map.Entry<String, Set<String>> equal : conditional.equals.entrySet()) {
-        Object value = members.get(equal.getKey());
-        boolean matches =
+      for (int i = 0; i < conditional.equalSlots.length; i++) {
+        Object value = member(members, conditional.equalSlots[i]);
+        when &=
             value != null
-                && ((value == JSON_NULL && conditional.nullEquals.contains(equal.getKey()))
-                    || equal.getValue().contains(value));
-        when &= matches;
+                && ((value == JSON_NULL && conditional.nullEquals[i])
+                    || conditional.equalValues.get(i).contains(value));
       }
       Branch branch = when ? conditional.then : conditional.otherwise;
       if (branch != null && !branchHolds(branch, members)) {
@@ -331,82 +471,105 @@ public final class FastCheck implements UDF1<String, Row> {
     return true;
   }
 
-  private boolean branchHolds(Branch branch, Map<String, Object> members) {
-    for (String name : branch.required) {
-      Object value = members.get(name);
-      if (value == null || (value == JSON_NULL && !nullable(root.properties.get(name)))) {
+  private boolean branchHolds(Branch branch, Object[] members) {
+    for (int slot : branch.required) {
+      Object value = member(members, slot);
+      if (value == null || (value == JSON_NULL && !root.slots[slot].nullable())) {
         return false;
       }
     }
-    for (Map.Entry<String, Node> property : branch.properties.entrySet()) {
-      Object value = members.get(property.getKey());
-      if (value != null && !property.getValue().holds(value)) {
+    for (int i = 0; i < branch.slots.length; i++) {
+      Object value = member(members, branch.slots[i]);
+      if (value != null && !branch.properties[i].holds(value)) {
         return false;
       }
     }
     return true;
   }
 
-  private Node parseSpec(String text) {
+  private void parseSpec(String text) {
     try {
       JsonNode tree = new ObjectMapper().readTree(text);
-      conditionals = new ArrayList<>();
+      Node top = node(tree.get("root"));
+      List<Conditional> parsed = new ArrayList<>();
       for (JsonNode c : tree.get("conditionals")) {
         Conditional conditional = new Conditional();
-        c.get("required").forEach(n -> conditional.required.add(n.asText()));
-        c.get("equals")
-            .fields()
-            .forEachRemaining(
-                e -> {
-                  Set<String> values = new HashSet<>();
-                  for (JsonNode v : e.getValue()) {
-                    if (v.isNull()) {
-                      conditional.nullEquals.add(e.getKey());
-                    } else {
-                      values.add(v.asText());
-                    }
-                  }
-                  conditional.equals.put(e.getKey(), values);
-                });
-        conditional.then = branch(c.get("then"));
-        conditional.otherwise = branch(c.get("otherwise"));
-        conditionals.add(conditional);
+        conditional.required = slots(top, c.get("required"));
+        List<String> names = new ArrayList<>();
+        c.get("equals").fieldNames().forEachRemaining(names::add);
+        conditional.equalSlots = new int[names.size()];
+        conditional.nullEquals = new boolean[names.size()];
+        conditional.equalValues = new ArrayList<>();
+        for (int i = 0; i < names.size(); i++) {
+          conditional.equalSlots[i] = top.index.getOrDefault(names.get(i), -1);
+          Set<String> values = new HashSet<>();
+          for (JsonNode v : c.get("equals").get(names.get(i))) {
+            if (v.isNull()) {
+              conditional.nullEquals[i] = true;
+            } else {
+              values.add(v.asText());
+            }
+          }
+          conditional.equalValues.add(values);
+        }
+        conditional.then = branch(top, c.get("then"));
+        conditional.otherwise = branch(top, c.get("otherwise"));
+        parsed.add(conditional);
       }
-      return node(tree.get("root"));
+      conditionals = parsed;
+      root = top;
     } catch (IOException e) {
       throw new IllegalArgumentException("not a fast-path spec: " + e.getMessage(), e);
     }
   }
 
-  private static Branch branch(JsonNode spec) {
+  /** The root slots of the names in {@code spec} (-1 for a name no property has). */
+  private static int[] slots(Node top, JsonNode spec) {
+    int[] slots = new int[spec.size()];
+    for (int i = 0; i < slots.length; i++) {
+      slots[i] = top.index.getOrDefault(spec.get(i).asText(), -1);
+    }
+    return slots;
+  }
+
+  private static Branch branch(Node top, JsonNode spec) {
     if (spec == null || spec.isNull()) {
       return null;
     }
     Branch branch = new Branch();
-    spec.get("required").forEach(n -> branch.required.add(n.asText()));
-    spec.get("properties")
-        .fields()
-        .forEachRemaining(e -> branch.properties.put(e.getKey(), node(e.getValue())));
+    branch.required = slots(top, spec.get("required"));
+    List<String> names = new ArrayList<>();
+    spec.get("properties").fieldNames().forEachRemaining(names::add);
+    branch.slots = new int[names.size()];
+    branch.properties = new Node[names.size()];
+    for (int i = 0; i < names.size(); i++) {
+      branch.slots[i] = top.index.getOrDefault(names.get(i), -1);
+      branch.properties[i] = node(spec.get("properties").get(names.get(i)));
+    }
     return branch;
   }
 
   private static Node node(JsonNode spec) {
     Node node = new Node();
-    spec.path("types").forEach(n -> node.types.add(n.asText()));
-    node.column = spec.path("column").asText("string");
-    spec.path("columns").forEach(n -> node.columns.add(n.asText()));
+    for (JsonNode type : spec.path("types")) {
+      node.typed = true;
+      node.types |= TYPES.getOrDefault(type.asText(), 0);
+    }
+    String column = spec.path("column").asText("string");
+    node.column = Column.valueOf(column.toUpperCase(java.util.Locale.ROOT));
     node.dateTime = spec.path("date_time").asBoolean(false);
     node.minLength = spec.path("minLength").asInt(-1);
     node.maxLength = spec.path("maxLength").asInt(-1);
     if (spec.has("one_of")) {
-      node.oneOf = new HashSet<>();
+      List<String> values = new ArrayList<>();
       for (JsonNode v : spec.get("one_of")) {
         if (v.isNull()) {
           node.nullInOneOf = true;
         } else {
-          node.oneOf.add(v.asText());
+          values.add(v.asText());
         }
       }
+      node.oneOf = values.toArray(new String[0]);
     }
     if (spec.hasNonNull("pattern")) {
       node.pattern = Pattern.compile(spec.get("pattern").asText());
@@ -415,10 +578,18 @@ public final class FastCheck implements UDF1<String, Row> {
     node.maximum = number(spec, "maximum");
     node.exclusiveMinimum = number(spec, "exclusiveMinimum");
     node.exclusiveMaximum = number(spec, "exclusiveMaximum");
-    spec.path("required").forEach(n -> node.required.add(n.asText()));
-    spec.path("properties")
-        .fields()
-        .forEachRemaining(e -> node.properties.put(e.getKey(), node(e.getValue())));
+    Set<String> required = new HashSet<>();
+    spec.path("required").forEach(n -> required.add(n.asText()));
+    List<String> columns = new ArrayList<>();
+    spec.path("columns").forEach(n -> columns.add(n.asText()));
+    node.slots = new Node[columns.size()];
+    node.required = new boolean[columns.size()];
+    for (int i = 0; i < columns.size(); i++) {
+      String name = columns.get(i);
+      node.index.put(name, i);
+      node.slots[i] = node(spec.get("properties").get(name));
+      node.required[i] = required.contains(name);
+    }
     return node;
   }
 
