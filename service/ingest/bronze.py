@@ -19,17 +19,33 @@ def utf8_text(raw: Column) -> Column:
 
 
 TEXT_VIEWS = ("key_text", "value_text")
+# Whether each text view's bytes are valid UTF-8 (`cached_views`).
+_UTF8 = {"key_text": ("key", "_key_is_utf8"), "value_text": ("value", "_value_is_utf8")}
 
 
 def with_text_views(rows: DataFrame) -> DataFrame:
-    """``rows`` with ``key_text``/``value_text``: the UTF-8 text of ``key``/``value``.
-
-    Also what a batch's writer uses to add them back: its cache leaves them out (text
-    copies of the payload double what it holds; recomputing them costs less).
-    """
+    """``rows`` with ``key_text``/``value_text``: the UTF-8 text of ``key``/``value``."""
     return rows.withColumns(
         {"key_text": utf8_text(F.col("key")), "value_text": utf8_text(F.col("value"))}
     )
+
+
+def cached_views(rows: DataFrame) -> DataFrame:
+    """``rows`` (with text views) with whether each view is valid UTF-8 in its place.
+
+    What a batch's writer caches: text copies of the payload would double what the cache
+    holds, and `restored_views` reads the text back without validating the bytes again.
+    """
+    flags = {flag: F.col(view).isNotNull() for view, (_, flag) in _UTF8.items()}
+    return rows.withColumns(flags).drop(*TEXT_VIEWS)
+
+
+def restored_views(rows: DataFrame) -> DataFrame:
+    """`cached_views`'s ``rows`` with their text views back, in place of the flags."""
+    views = {
+        view: F.when(F.col(flag), F.col(raw).cast("string")) for view, (raw, flag) in _UTF8.items()
+    }
+    return rows.withColumns(views).drop(*(flag for _, flag in _UTF8.values()))
 
 
 def to_records(kafka_rows: DataFrame) -> DataFrame:

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from service.config import Settings
 from service.ingest.batch import BatchSummary, SilverOutcome, summarize
-from service.ingest.bronze import TEXT_VIEWS, with_text_views
+from service.ingest.bronze import cached_views, restored_views
 from service.ingest.modes import DECIDED, OUTCOME, PENDING, mode_of
 from service.ingest.offset_gaps import edge_gaps, inner_gaps, to_offset_gaps
 from service.ingest.query import IngestQuery, IngestStream
@@ -98,11 +98,11 @@ class BatchWriter(QueryWriter):
         batch.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
         with self.writing(batch_id), self._ingest.writing():
             profile = BatchProfile(batch.sparkSession.sparkContext)
-            # Stamped after validation (see `to_records`); cached without the text
-            # views (`with_text_views`): every table is written from the same rows.
+            # Stamped after validation (see `to_records`); cached with a flag in place of
+            # each text view (`cached_views`): every table is written from the same rows.
             stamp = F.lit(datetime.now(UTC))
             start, end = self._ranges.of(batch_id)
-            rows = batch.drop(*TEXT_VIEWS).withColumn(INGESTED_AT.name, stamp)
+            rows = cached_views(batch).withColumn(INGESTED_AT.name, stamp)
             marked = in_one_task_if_small(rows, start, end).persist()
             # A small batch's summary collects its valid rows' ids (hashed) for silver's
             # writes: an events contract's recent ids, an entities contract's MERGE.
@@ -179,7 +179,7 @@ class BatchWriter(QueryWriter):
 
             writes: list[Callable[[], object]] = []
             if summary.quarantined:
-                quarantine = to_quarantine(with_text_views(invalid), batch_writes.stamp)
+                quarantine = to_quarantine(restored_views(invalid), batch_writes.stamp)
                 writes.append(lambda: batch_writes.append(quarantine, QUARANTINE_TABLE))
             if summary.valid:
                 writes.append(write_silver)
@@ -216,8 +216,8 @@ class BatchWriter(QueryWriter):
         path (none are pending)."""
         if self.stream.exact is None:
             return None
-        pending = with_text_views(marked.where(~F.col(DECIDED))).drop(DECIDED, *OUTCOME)
-        return self.stream.exact.apply(pending).drop(*TEXT_VIEWS)
+        pending = restored_views(marked.where(~F.col(DECIDED))).drop(DECIDED, *OUTCOME)
+        return cached_views(self.stream.exact.apply(pending))
 
     def _check_exactly(
         self, marked: DataFrame, summary: BatchSummary, exact: Future[DataFrame | None]
@@ -356,7 +356,7 @@ def _bronze(
     larger gaps then only also cover offsets bronze holds. Bronze needs no record's
     outcome: it is written from the batch's rows as read.
     """
-    bronze = with_text_views(rows).select(*BRONZE.fieldNames())
+    bronze = restored_views(rows).select(*BRONZE.fieldNames())
 
     def write_bronze() -> None:
         batch_writes.append(bronze, bronze_table)

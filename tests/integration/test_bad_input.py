@@ -360,15 +360,19 @@ def test_every_corpus_record_lands_where_the_contract_says_and_the_service_keeps
     assert HOSTILE == rescued["hostile"]
     assert {f"f{i}": i for i in range(5000)} == rescued["wide"]
     assert 200 == _depth(rescued["deep-ok"]["extra"])
-    # Bronze keeps every record's key, value and headers exactly.
+    # Bronze keeps every record's key, value and headers exactly, and their text only
+    # where they are UTF-8.
     bronze = {**coordinates("bronze/sensors"), **coordinates("bronze/users")}
     assert {
-        where: (case.key, case.value, list(case.headers)) for where, case in by_coordinates.items()
+        where: (case.key, case.value, list(case.headers), _text(case.key), _text(case.value))
+        for where, case in by_coordinates.items()
     } == {
         where: (
             _bytes(row.key),
             _bytes(row.value),
             [(h.key, bytes(h.value)) for h in row.headers or []],
+            row.key_text,
+            row.value_text,
         )
         for where, row in bronze.items()
     }
