@@ -6,13 +6,14 @@ Spark UDF built from ``jvm/checker`` by ``make jars``) finds it certainly valid 
 every rule of the contract that does not depend on the time, reading the same typed
 values the exact checks read (its comment lists what it leaves to them: duplicate or
 unknown keys, numbers whose reading could differ, ...), and its date-time fields name
-instants within years 1-9999 not too far ahead of its arrival. Such a record has no error
+instants within years 1-9999 not too far ahead of its arrival, its dates days within
+their bounds. Such a record has no error
 and its typed record is the checker's (a date-time's instant read as the exact checks
 read it, in microseconds); every other record goes through the VARIANT validation
 (`service.ingest.validation`), which decides its verdict, error code and detail.
 `FastPath.of` is None for a contract whose features the checker does not know (arrays,
-maps, free-form objects, dates, framing, conditions on nested fields): all of its records
-are checked exactly.
+maps, free-form objects, framing, conditions on nested fields, a date inside a condition):
+all of its records are checked exactly.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
     DataType,
+    DateType,
     DoubleType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -37,7 +40,7 @@ from pyspark.sql.types import (
 
 from service.contracts.loading import ANNOTATIONS, NUMBER_KEYWORDS, OBJECT_KEYWORDS, VALUE_KEYWORDS
 from service.contracts.model import Branch, Contract, Field
-from service.ingest.rules import java_pattern
+from service.ingest.rules import date_range, java_pattern
 
 CHECKER_CLASS = "lakehouse.ingest.FastCheck"
 # Whether a row took the fast path; its typed payload (`FastPath.mark`).
@@ -46,13 +49,14 @@ _TYPED = "_fast_typed"
 # What the checker decides: a value's keywords and annotations; an object's.
 _VALUE_KEYWORDS = VALUE_KEYWORDS | ANNOTATIONS
 _OBJECT_KEYWORDS = OBJECT_KEYWORDS | ANNOTATIONS
-# How `FastCheck` types a leaf's column ("micros": a date-time's instant).
+# How `FastCheck` types a leaf's column ("micros": a date-time's instant, "days": a date).
 _COLUMN_KINDS: Mapping[DataType, str] = {
     StringType(): "string",
     LongType(): "long",
     DoubleType(): "double",
     BooleanType(): "boolean",
     TimestampType(): "micros",
+    DateType(): "days",
 }
 
 
@@ -83,8 +87,11 @@ class FastPath:
         spec = json.dumps({"root": root, "conditionals": conditionals}, sort_keys=True)
         return cls(contract, spec, StructType([_column(contract, f) for f in tops]))
 
-    def mark(self, bronze: DataFrame, max_payload_bytes: int, skew: int | None) -> DataFrame:
-        """``bronze`` with `FAST` (never null) and the fast rows' typed payload."""
+    def mark(
+        self, bronze: DataFrame, max_payload_bytes: int, skew: int | None, today: Column
+    ) -> DataFrame:
+        """``bronze`` with `FAST` (never null) and the fast rows' typed payload; ``today``
+        bounds the dates the contract bounds by "today"."""
         spark = bronze.sparkSession
         name = f"lakehouse_fast_check_{self.contract.name}"
         jvm = spark._jvm
@@ -102,12 +109,19 @@ class FastPath:
             micros = self._typed(self.contract.field(event_time))
             ahead = micros - F.unix_micros(F.col("kafka_timestamp"))
             fast = fast & ~F.coalesce(ahead > skew * 1_000_000, F.lit(False))
+        for f in self.contract.leaves:
+            extension = f.schema.get("x-lakehouse", {})
+            if f.format == "date" and {"minimum", "maximum"} & set(extension):
+                low, high = date_range(extension, today)
+                fast = fast & F.coalesce(self.value(f).between(low, high), F.lit(True))
         return typed.withColumn(FAST, fast)
 
     def value(self, f: Field) -> Column:
         """Leaf ``f``'s typed value on a fast row (`mark`)."""
         if f.format == "date-time":
             return F.timestamp_micros(self._typed(f))
+        if f.format == "date":
+            return F.date_from_unix_date(self._typed(f))
         return self._typed(f)
 
     def _typed(self, f: Field) -> Column:
@@ -118,7 +132,7 @@ class FastPath:
 
 
 def _supported(f: Field) -> bool:
-    if f.others or f.is_array or f.is_map or f.is_free_form or f.format == "date":
+    if f.others or f.is_array or f.is_map or f.is_free_form:
         return False
     allowed = _OBJECT_KEYWORDS if f.is_object else _VALUE_KEYWORDS
     return set(f.schema) <= allowed and _values_supported(f.schema)
@@ -126,7 +140,7 @@ def _supported(f: Field) -> bool:
 
 def _values_supported(schema: Mapping[str, Any]) -> bool:
     values = list(schema.get("enum", [])) + ([schema["const"]] if "const" in schema else [])
-    return schema.get("format", "date-time") == "date-time" and all(
+    return schema.get("format", "date-time") in ("date-time", "date") and all(
         v is None or isinstance(v, str) for v in values
     )
 
@@ -150,6 +164,7 @@ def _value_node(schema: Mapping[str, Any]) -> dict[str, Any]:
     declared = schema.get("type", [])
     node: dict[str, Any] = {"types": [declared] if isinstance(declared, str) else list(declared)}
     node["date_time"] = schema.get("format") == "date-time"
+    node["date"] = schema.get("format") == "date"
     for keyword in ("minLength", "maxLength", *NUMBER_KEYWORDS):
         if keyword in schema:
             node[keyword] = schema[keyword]
@@ -183,8 +198,18 @@ def _conditional(
 def _branch_supported(branch: Branch) -> bool:
     names = [*branch.required, *branch.properties]
     schemas = branch.properties.values()
-    return not any("." in n for n in names) and all(
-        set(s) <= _VALUE_KEYWORDS and _values_supported(s) for s in schemas
+    return not any("." in n for n in names) and all(_branch_value_supported(s) for s in schemas)
+
+
+def _branch_value_supported(schema: Mapping[str, Any]) -> bool:
+    """A ``then``/``else`` property's schema the checker decides: no date (its bounds are
+    the top-level property's, checked by Spark)."""
+    extension = schema.get("x-lakehouse", {})
+    return (
+        set(schema) <= _VALUE_KEYWORDS
+        and _values_supported(schema)
+        and schema.get("format") != "date"
+        and not {"minimum", "maximum"} & set(extension)
     )
 
 
@@ -199,13 +224,15 @@ def _branch(branch: Branch | None) -> dict[str, Any] | None:
 
 def _column(contract: Contract, f: Field) -> StructField:
     """The checker's column of top-level (or nested) field ``f``: a nested object a struct,
-    a date-time its instant in microseconds."""
+    a date-time its instant in microseconds, a date its day since the epoch."""
     data_type: DataType
     if f.is_object:
         nested = [p for p in contract.fields if p.path.rpartition(".")[0] == f.path]
         data_type = StructType([_column(contract, p) for p in nested])
     elif f.format == "date-time":
         data_type = LongType()
+    elif f.format == "date":
+        data_type = IntegerType()
     else:
         assert f.data_type is not None
         data_type = f.data_type

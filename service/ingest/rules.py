@@ -393,16 +393,24 @@ def _one_of(
     )
 
 
-def _date_bounds(
-    path: str | Column, field: JsonField, extension: Mapping[str, Any], today: Column
-) -> Violation:
+def date_range(extension: Mapping[str, Any], today: Column) -> tuple[Column, Column]:
+    """The first and last day a date's ``x-lakehouse`` ``minimum``/``maximum`` allow
+    ("today": ``today``)."""
+
     def bound(text: Any) -> Column:
         if text == "today":
             return today
         return F.lit(datetime.date.fromisoformat(str(text)))
 
-    low = bound(extension.get("minimum", "0001-01-01"))
-    high = bound(extension.get("maximum", "9999-12-31"))
+    return bound(extension.get("minimum", "0001-01-01")), bound(
+        extension.get("maximum", "9999-12-31")
+    )
+
+
+def _date_bounds(
+    path: str | Column, field: JsonField, extension: Mapping[str, Any], today: Column
+) -> Violation:
+    low, high = date_range(extension, today)
     low_text = extension.get("minimum", "0001-01-01")
     shown_range = f"{low_text}..{extension.get('maximum', '9999-12-31')}"
     day = field.as_date()

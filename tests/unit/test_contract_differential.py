@@ -1614,23 +1614,26 @@ def test_documented_timestamp_forms_outside_rfc_3339_are_accepted_by_the_product
 def test_the_typed_fast_path_leaves_every_outcome_and_value_as_the_exact_checks(
     spark: SparkSession, judged: dict[str, Judged]
 ) -> None:
-    """The sensors corpus validated with the typed fast path and with the exact checks
-    alone: the same rows (verdict, code, detail and every typed value), and the fast path
-    decides most of the valid records. (users has a date bounded by today: no fast path.)"""
-    assert FastPath.of(judged["users"].contract) is None
-    sensors = judged["sensors"]
-    bronze = bronze_of(spark, sensors.contract, sensors.records).cache()
-    runs = [
-        parse_records(
-            sensors.contract, bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS, F.lit(TODAY), fast
-        ).cache()
-        for fast in (True, False)
-    ]
-    assert (0, 0) == (runs[0].exceptAll(runs[1]).count(), runs[1].exceptAll(runs[0]).count())
-    path = FastPath.of(sensors.contract)
-    assert path is not None
-    fast = path.mark(bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS).where(FAST).count()
-    valid = sum(outcome.code is None for outcome in sensors.outcomes)
-    assert valid / 2 < fast < valid, (fast, valid)
-    for frame in (*runs, bronze):
-        frame.unpersist()
+    """Each corpus validated with the typed fast path and with the exact checks alone: the
+    same rows (verdict, code, detail and every typed value), and the fast path decides most
+    of the valid records (users' dates bounded by today included)."""
+    for name in ("sensors", "users"):
+        corpus = judged[name]
+        bronze = bronze_of(spark, corpus.contract, corpus.records).cache()
+        today = F.lit(TODAY)
+        runs = [
+            parse_records(
+                corpus.contract, bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS, today, fast
+            ).cache()
+            for fast in (True, False)
+        ]
+        differ = (runs[0].exceptAll(runs[1]).count(), runs[1].exceptAll(runs[0]).count())
+        assert (0, 0) == differ, name
+        path = FastPath.of(corpus.contract)
+        assert path is not None, name
+        marked = path.mark(bronze, MAX_PAYLOAD_BYTES, MAX_FUTURE_SECONDS, today)
+        fast = marked.where(FAST).count()
+        valid = sum(outcome.code is None for outcome in corpus.outcomes)
+        assert valid / 2 < fast < valid, (name, fast, valid)
+        for frame in (*runs, bronze):
+            frame.unpersist()

@@ -101,7 +101,7 @@ class Validation:
         if self.path is None:
             return self.exact(bronze).withColumn(DECIDED, F.lit(True))
         mode = mode_of(self.contract)
-        marked = self.path.mark(bronze, self.max_payload_bytes, self.skew)
+        marked = self.path.mark(bronze, self.max_payload_bytes, self.skew, self.today)
         fast = F.col(FAST)
         return marked.select(
             *bronze.columns,

@@ -30,7 +30,7 @@ def contract_of(document: dict[str, Any]) -> Contract:
 
 
 # A contract with every feature the fast path decides: bounds of each kind, an enumeration,
-# a pattern, lengths, unions, a
+# a pattern, lengths, unions, a date bounded by today, a
 # nested object with a required property, a conditional, an event time with a future bound.
 PROBES = {
     "$schema": DRAFT,
@@ -44,6 +44,11 @@ PROBES = {
         "kind": {"type": "string", "enum": ["a", "b"]},
         "code": {"type": ["string", "null"], "pattern": "^[A-Z]{2}$"},
         "flag": {"type": ["boolean", "null"]},
+        "born": {
+            "type": ["string", "null"],
+            "format": "date",
+            "x-lakehouse": {"minimum": "1900-01-01", "maximum": "today"},
+        },
         "both": {"type": ["integer", "number", "null"]},
         "place": {
             "type": ["object", "null"],
@@ -101,6 +106,16 @@ CASES: list[tuple[str, bool]] = [
     (edited(at='"2024-05-01T10:00:00"'), True),
     (edited(at='"2024-05-01T12:04:00Z"'), True),
     (edited(at='"2024-02-29T10:00:00.5-00:00"'), True),
+    (edited(born='"2000-02-29"'), True),
+    (edited(born='"1900-01-01"'), True),
+    (edited(born="null"), True),
+    (edited(born='"1899-12-31"'), False),
+    (edited(born='"2999-01-01"'), False),
+    (edited(born='"2001-02-29"'), False),
+    (edited(born='"2000-1-01"'), False),
+    (edited(born='"0000-01-01"'), False),
+    (edited(born='"2000-01-01T00:00:00Z"'), False),
+    (edited(born="20000101"), False),
     (edited(at='"2026-13-01T00:00:00Z"'), False),
     (edited(at='"2023-02-29T10:00:00Z"'), False),
     (edited(at='"2024-05-01T24:00:00Z"'), False),
@@ -178,9 +193,12 @@ def test_a_contract_takes_the_fast_path_when_the_checker_knows_all_its_features(
     assert FastPath.of(contract_of(PROBES)) is not None
     assert FastPath.of(contract_of(shipped("sensors"))) is not None
     assert FastPath.of(contract_of(orders())) is not None
-    # users: a date bounded by today; framing; an array; a number enumerated; a condition on
-    # a nested field: every record checked exactly.
-    assert FastPath.of(contract_of(shipped("users"))) is None
+    assert FastPath.of(contract_of(shipped("users"))) is not None
+    # Framing; an array; a number enumerated; a date in a then; a condition on a nested
+    # field: every record checked exactly.
+    dated = {"type": "string", "format": "date"}
+    assert FastPath.of(contract_of(changed(PROBES, lambda d: d["allOf"][0]["then"][
+        "properties"].update(born=dated)))) is None  # fmt: skip
     assert FastPath.of(contract_of(orders(framing="confluent"))) is None
     tags = {"type": "array", "items": {"type": "string"}}
     assert FastPath.of(contract_of(changed(orders(), lambda d: d["properties"].update(
@@ -196,7 +214,7 @@ def test_the_fast_path_decides_as_the_exact_checks(spark: SparkSession) -> None:
     payloads = [payload for payload, _ in CASES]
     bronze = bronze_frame(spark, [(None, p) for p in payloads], "probes").cache()
 
-    marked = path.mark(bronze, MAX_PAYLOAD_BYTES, SKEW)
+    marked = path.mark(bronze, MAX_PAYLOAD_BYTES, SKEW, F.current_date())
     fast = {r.kafka_offset for r in marked.where(FAST).select("kafka_offset").collect()}
     expected = {offset for offset, (_, takes) in enumerate(CASES) if takes}
     shown = {payloads[o] for o in fast ^ expected}

@@ -29,11 +29,12 @@ import org.apache.spark.sql.api.java.UDF1;
  * declared property, every value of a declared JSON type and within its rules, no number
  * whose reading could differ (beyond 64 bits, not finite, more than 15 significant digits;
  * a zero written without an exponent reads as an unsigned zero, as there), no UTF-16
- * surrogate, every date-time an instant within years 1-9999. Null sends the record to the
- * exact validation, which decides it. The record's columns are the spec's, in its order;
- * a date-time's is its instant in microseconds since the epoch, read as Spark reads an
- * ISO-8601 string (the fraction truncated to microseconds, no zone: UTC) or as epoch
- * milliseconds.
+ * surrogate, every date-time an instant and every date a day within years 1-9999. Null
+ * sends the record to the exact validation, which decides it. The record's columns are the
+ * spec's, in its order; a date-time's is its instant in microseconds since the epoch, read
+ * as Spark reads an ISO-8601 string (the fraction truncated to microseconds, no zone: UTC)
+ * or as epoch milliseconds; a date's is its day since the epoch. A date's bounds depend on
+ * the time: Spark checks them.
  *
  * <p>An object's members are read into an array of its declared properties' slots: a key
  * that names none, or one already read (a duplicate), ends the fast path.
@@ -46,6 +47,7 @@ public final class FastCheck implements UDF1<String, Row> {
   private static final long MIN_MICROS = MIN_EPOCH_MILLIS * 1000;
   private static final long MAX_MICROS = MAX_EPOCH_MILLIS * 1000 + 999;
   private static final long NO_INSTANT = Long.MIN_VALUE;
+  private static final long NO_DAY = Long.MIN_VALUE;
   private static final int MAX_DIGITS = 15;
 
   // JSON types, as bits of a node's declared types.
@@ -71,6 +73,7 @@ public final class FastCheck implements UDF1<String, Row> {
     DOUBLE,
     BOOLEAN,
     MICROS,
+    DAYS,
     OBJECT
   }
 
@@ -279,6 +282,27 @@ public final class FastCheck implements UDF1<String, Row> {
     return micros >= MIN_MICROS && micros <= MAX_MICROS ? micros : NO_INSTANT;
   }
 
+  /**
+   * The day since the epoch of a {@code YYYY-MM-DD} date, as Spark casts it, or NO_DAY for
+   * any other text, a day that does not exist or one outside years 1-9999.
+   */
+  static long epochDay(String text) {
+    if (text.length() != 10 || text.charAt(4) != '-' || text.charAt(7) != '-') {
+      return NO_DAY;
+    }
+    int year = number(text, 0, 4);
+    int month = number(text, 5, 2);
+    int day = number(text, 8, 2);
+    if (year < 1 || month < 0 || day < 0) {
+      return NO_DAY;
+    }
+    try {
+      return LocalDate.of(year, month, day).toEpochDay();
+    } catch (DateTimeException e) {
+      return NO_DAY;
+    }
+  }
+
   private static boolean isDigit(char c) {
     return c >= '0' && c <= '9';
   }
@@ -306,6 +330,7 @@ public final class FastCheck implements UDF1<String, Row> {
     boolean typed;
     int types;
     boolean dateTime;
+    boolean date;
     int minLength = -1;
     int maxLength = -1;
     String[] oneOf;
@@ -342,6 +367,9 @@ public final class FastCheck implements UDF1<String, Row> {
       switch (column) {
         case OBJECT:
           return value instanceof Object[] ? row((Object[]) value) : null;
+        case DAYS:
+          long day = value instanceof String ? epochDay((String) value) : NO_DAY;
+          return day == NO_DAY ? null : (int) day;
         case MICROS:
           if (value instanceof Long) {
             return (Long) value * 1000;
@@ -386,7 +414,8 @@ public final class FastCheck implements UDF1<String, Row> {
       }
       if (value instanceof String) {
         String text = (String) value;
-        if (dateTime && instantMicros(text) == NO_INSTANT) {
+        if ((dateTime && instantMicros(text) == NO_INSTANT)
+            || (date && epochDay(text) == NO_DAY)) {
           return false;
         }
         if (minLength >= 0 || maxLength >= 0) {
@@ -400,6 +429,9 @@ public final class FastCheck implements UDF1<String, Row> {
       if (value instanceof Long && dateTime) {
         long millis = (Long) value;
         return millis >= MIN_EPOCH_MILLIS && millis <= MAX_EPOCH_MILLIS;
+      }
+      if (date && value != JSON_NULL) {
+        return false;
       }
       if (value instanceof Long || value instanceof Double) {
         if (dateTime) {
@@ -558,6 +590,7 @@ public final class FastCheck implements UDF1<String, Row> {
     String column = spec.path("column").asText("string");
     node.column = Column.valueOf(column.toUpperCase(java.util.Locale.ROOT));
     node.dateTime = spec.path("date_time").asBoolean(false);
+    node.date = spec.path("date").asBoolean(false);
     node.minLength = spec.path("minLength").asInt(-1);
     node.maxLength = spec.path("maxLength").asInt(-1);
     if (spec.has("one_of")) {
