@@ -96,13 +96,17 @@ class Validation:
 
     def mark(self, bronze: DataFrame) -> DataFrame:
         """``bronze`` with `DECIDED` and the outcome (`OUTCOME`) of the rows it holds on:
-        the fast path's; the other rows' ``error_code`` is `PENDING`. Without a fast path,
-        every row is decided here by the exact checks."""
+        the fast path's, and a tombstone's whose key names an entity (its one rule); the
+        other rows' ``error_code`` is `PENDING`. Without a fast path, every row is decided
+        here by the exact checks."""
         if self.path is None:
             return self.exact(bronze).withColumn(DECIDED, F.lit(True))
         mode = mode_of(self.contract)
         marked = self.path.mark(bronze, self.max_payload_bytes, self.skew, self.today)
-        fast = F.col(FAST)
+        broken = F.lit(False)
+        for violation in mode.key_violations():
+            broken = broken | F.coalesce(violation.broken, F.lit(False))
+        fast = F.col(FAST) | (mode.tombstone() & ~broken)
         return marked.select(
             *bronze.columns,
             fast.alias(DECIDED),

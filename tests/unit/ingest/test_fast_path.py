@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from service.contracts.loading import parse_contract
@@ -78,6 +78,20 @@ BASE = (
     ' "code": "FR", "flag": true, "both": 2,'
     ' "place": {"city": "Paris", "zip": "75001"}}'
 )
+
+
+def with_and_without_fast_path(contract: Contract, bronze: DataFrame) -> list[list[Row]]:
+    """``bronze``'s outcome with the typed fast path and with the exact checks alone, by
+    offset; asserts they are the same (repr tells -0.0 from 0.0, which compare equal)."""
+    both = [
+        parse_records(contract, bronze, MAX_PAYLOAD_BYTES, SKEW, fast=f)
+        .select("kafka_offset", "error_code", "error_detail", "record")
+        .orderBy("kafka_offset")
+        .collect()
+        for f in (True, False)
+    ]
+    assert [repr(r) for r in both[0]] == [repr(r) for r in both[1]]
+    return both
 
 
 def edited(**members: str) -> str:
@@ -220,15 +234,7 @@ def test_the_fast_path_decides_as_the_exact_checks(spark: SparkSession) -> None:
     shown = {payloads[o] for o in fast ^ expected}
     assert fast == expected, shown
 
-    both = [
-        parse_records(contract, bronze, MAX_PAYLOAD_BYTES, SKEW, fast=f)
-        .select("kafka_offset", "error_code", "error_detail", "record")
-        .orderBy("kafka_offset")
-        .collect()
-        for f in (True, False)
-    ]
-    # repr tells -0.0 from 0.0, which compare equal.
-    assert [repr(r) for r in both[0]] == [repr(r) for r in both[1]]
+    both = with_and_without_fast_path(contract, bronze)
     # The ids a small batch's summary and its exact checks collect (the driver's recent
     # ids) are those of its silver rows, whichever path decided each row.
     validation = Validation.of(contract, MAX_PAYLOAD_BYTES, SKEW)
@@ -258,3 +264,34 @@ def test_the_fast_path_decides_as_the_exact_checks(spark: SparkSession) -> None:
     # The same instant as epoch milliseconds, with a space, without a zone.
     for same in (edited(at="1714557600000"), edited(at='"2024-05-01 10:00:00"')):
         assert both[0][payloads.index(same)].record.at == base.at
+
+
+def test_a_tombstone_whose_key_names_an_entity_is_decided_as_the_exact_checks_decide(
+    spark: SparkSession,
+) -> None:
+    contract = contract_of(shipped("users"))
+    upsert = '{"user_id": 7, "updated_at": "2024-05-01T10:00:00Z", "dob": "1990-02-01"}'
+    records: list[tuple[str | None, str | None]] = [
+        ("7", None),
+        ("7", upsert),
+        ("0", None),
+        ("-3", None),
+        ("9223372036854775808", None),
+        ("abc", None),
+        ("", None),
+        (HEX + "ff", None),
+        (None, None),
+    ]
+    bronze = bronze_frame(spark, records, "users").cache()
+    marked = Validation.of(contract, MAX_PAYLOAD_BYTES, SKEW).mark(bronze)
+    decided = {r.kafka_offset for r in marked.where(DECIDED).select("kafka_offset").collect()}
+    assert {0, 1} == decided
+    both = with_and_without_fast_path(contract, bronze)
+    tombstone = both[0][0]
+    assert (None, True, 7) == (
+        tombstone.error_code,
+        tombstone.record.is_tombstone,
+        tombstone.record.user_id,
+    )
+    assert all(r.error_code is not None for r in both[0][2:])
+    bronze.unpersist()
