@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
+from local_session import local_session
 from measurements import group_resources
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.config import Settings
 from service.lake.delta import append_once
 from service.lake.tables import HEART_RATE_ACTIVITY
-from service.streaming.session import build_spark
 
 BACKLOG_PAIRS = 6_468_989
 # Accelerometer readings per heart-rate reading within ±30 s in the backlog.
@@ -81,15 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
 
-    root = Path(tempfile.mkdtemp(prefix="gold-write-bench-"))
-    settings = Settings(
-        spark_master="local[2]",
-        spark_ui_enabled=False,
-        storage_root=str(root),
-        checkpoint_root=str(root / "checkpoints"),
-    )
-    spark = build_spark(settings)
-    spark.sparkContext.setLogLevel("ERROR")
+    root, settings, spark = local_session("gold-write-bench-")
     rows = pairs(spark, args.pairs).persist()
     print(f"{rows.count():,} pairs cached", flush=True)
     try:

@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.config import Settings
-from service.streaming.session import build_spark
+from local_session import local_session
 
 _HADOOP = {
     "fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem",
@@ -74,10 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds of each (4)")
     args = parser.parse_args(argv)
 
-    root = Path(tempfile.mkdtemp(prefix="local-fs-bench-"))
-    settings = Settings(spark_master="local[2]", spark_ui_enabled=False, storage_root=str(root))
-    spark = build_spark(settings)
-    spark.sparkContext.setLogLevel("ERROR")
+    root, _settings, spark = local_session("local-fs-bench-")
     jvm: Any = spark._jvm
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     service_conf = spark._jsc.hadoopConfiguration()

@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
+from local_session import local_session
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from service.config import Settings
 from service.ingest.bronze import to_records
 from service.ingest.modes import parse_records
 from service.ingest.modes.dedup import id_hash_in, valid_hash
@@ -36,7 +34,6 @@ from service.lake.merge import merge_once
 from service.lake.object_files import ObjectFiles
 from service.lake.schemas import INGESTED_AT
 from service.lake.tables import SHIPPED, USERS
-from service.streaming.session import build_spark
 
 _KAFKA_SOURCE = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -84,15 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
 
-    root = Path(tempfile.mkdtemp(prefix="merge-bench-"))
-    settings = Settings(
-        spark_master="local[2]",
-        spark_ui_enabled=False,
-        storage_root=str(root),
-        checkpoint_root=str(root / "checkpoints"),
-    )
-    spark = build_spark(settings)
-    spark.sparkContext.setLogLevel("ERROR")
+    root, settings, spark = local_session("merge-bench-")
     # As a driver's ingest batch runs (`service.ingest.writer`): without adaptive execution.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     files = ObjectFiles(settings)
