@@ -2,9 +2,10 @@
 
 Kafka source → ``from_json`` with the sensor payload's StructType → Delta append,
 ``availableNow``: no validation, quarantine, dedup or lineage. It runs in its own
-process (a fresh JVM) with the service's Spark configuration and jars
-(`service.streaming.session.build_spark`), reads the same environment variables as the service,
-and prints one ``query_progress`` JSON line per micro-batch when it is done.
+process (a fresh JVM) with the service's Spark configuration and jars, those of a driver
+that drains as `run --available-now` does (`service.streaming.session.build_spark`),
+reads the same environment variables as the service, and prints one ``query_progress``
+JSON line per micro-batch when it is done.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="streaming checkpoint path")
     args = parser.parse_args(argv)
     settings = load_settings()
-    spark = build_spark(settings)
+    spark = build_spark(settings, drain=True)
     readings = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)

@@ -99,7 +99,7 @@ def run(settings: Settings, available_now: bool = False) -> int:
         # Before Spark too: a contract its tables cannot follow refuses the start at once.
         reader = LakeReader.from_settings(settings)
         evolution = plan_evolution(settings.contracts, reader.root, reader.options)
-        spark = build_spark(settings)
+        spark = build_spark(settings, drain=available_now)
         components.start(Resource(lambda: _shutdown_spark(spark)))
         # PySpark's context replaced the SIGINT handler with one that cancels every job
         # and raises KeyboardInterrupt wherever the main thread is: Ctrl-C stops gracefully.

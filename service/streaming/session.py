@@ -62,20 +62,35 @@ def runtime_jars(jars_dir: str) -> list[str]:
 
 
 # HotSpot options of every Spark JVM (`spark_conf`): JIT-compile methods of any size, and
-# leave C2 the code a driver runs hot. C2's thresholds are five times HotSpot's: a
-# driver runs Spark's planning code a few times per micro-batch, which under the
-# defaults kept C2 compiling it minutes after the start (`make run`'s third to fifth
-# minute: 10,572 methods, 72 s of C2's time); the hot loops over rows still reach
-# C2 within a batch (docs/performance.md, "Starting a driver").
+# leave C2 the code a driver runs hot. C2's invocation thresholds are five times
+# HotSpot's for a long-running driver: it runs Spark's planning code a few times per
+# micro-batch, which under the defaults kept C2 compiling it minutes after the start
+# (`make run`'s third to fifth minute: 10,572 methods, 72 s of C2's time); the hot loops
+# over rows still reach C2 within a batch. A driver that drains and exits (`run
+# --available-now`) has twenty times: a third of its CPU was C2 compiling code (Janino,
+# Java serialization, Scala's sort) that a backlog calls past the five times but that
+# does not pay back before the run ends; a long-running driver's small batches ran
+# slower with them (docs/performance.md, "Starting a driver").
 _JIT_OPTIONS = (
     "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=25000"
     " -XX:Tier4MinInvocationThreshold=3000 -XX:Tier4CompileThreshold=75000"
     " -XX:Tier4BackEdgeThreshold=200000"
 )
+_DRAIN_JIT_OPTIONS = (
+    "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=100000"
+    " -XX:Tier4MinInvocationThreshold=12000 -XX:Tier4CompileThreshold=300000"
+    " -XX:Tier4BackEdgeThreshold=200000"
+)
 
 
-def spark_conf(settings: Settings) -> dict[str, str]:
-    """Return the Spark configuration for ``settings`` (pure: no session is touched).
+def jit_options(drain: bool) -> str:
+    """The HotSpot options of a driver (and its executors) that drains and exits, or not."""
+    return _DRAIN_JIT_OPTIONS if drain else _JIT_OPTIONS
+
+
+def spark_conf(settings: Settings, drain: bool = False) -> dict[str, str]:
+    """Return the Spark configuration for ``settings`` (pure: no session is touched), of a
+    driver that drains and exits (``drain``: `jit_options`) or runs until stopped.
 
     The object store's is `StorageConnection.hadoop_options` (no credentials: s3a reads
     the standard ``AWS_*`` variables from the JVM's environment, so secrets never appear
@@ -127,10 +142,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # HotSpot never JIT-compiles by default: it ran interpreted (6.7 s for 300,000
         # readings), or per operator under Spark's advice for HotSpot
         # (`spark.sql.codegen.hugeMethodLimit` 8000: 5.4 s, each operator copying the
-        # wide staged row). The JVMs compile it instead (`_JIT_OPTIONS`): 3.8 s
+        # wide staged row). The JVMs compile it instead (`jit_options`): 3.8 s
         # (`cluster_conf` sets the executors' too). Default options: Spark puts a
         # deployment's extraJavaOptions after them.
-        "spark.driver.defaultJavaOptions": _JIT_OPTIONS,
+        "spark.driver.defaultJavaOptions": jit_options(drain),
         **settings.storage.hadoop_options(),
         "spark.hadoop.fs.s3a.fast.upload": "true",
         # Ride out a storage outage of minutes and resume within seconds of its end: s3a's
@@ -153,7 +168,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         )
     if is_local_master(settings.spark_master):
         conf.update(_LOCAL_FILE_SYSTEM)
-    conf.update(cluster_conf(settings))
+    conf.update(cluster_conf(settings, drain))
     return conf
 
 
@@ -220,7 +235,7 @@ def local_mode_classpath(settings: Settings) -> list[str]:
     return runtime_jars(settings.jars_dir) if is_local_master(settings.spark_master) else []
 
 
-def cluster_conf(settings: Settings) -> dict[str, str]:
+def cluster_conf(settings: Settings, drain: bool = False) -> dict[str, str]:
     """Return the executor-side settings for a cluster master (spark://, k8s://).
 
     Only the settings that are set appear; ``spark_extra_conf`` comes last and wins.
@@ -237,7 +252,7 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
         "spark.local.dir": settings.spark_local_dir,
         # In local mode the executor is the driver's JVM.
         "spark.executor.defaultJavaOptions": (
-            None if is_local_master(settings.spark_master) else _JIT_OPTIONS
+            None if is_local_master(settings.spark_master) else jit_options(drain)
         ),
         "spark.kubernetes.container.image": settings.spark_kubernetes_container_image,
         "spark.kubernetes.namespace": settings.spark_kubernetes_namespace,
@@ -317,14 +332,18 @@ def driver_java_options(extra: str, log_config: Path, archive: Path | None) -> s
 
 
 def build_spark(
-    settings: Settings, app_name: str = "lakehouse-ingest", jvm_log_target: str = "SYSTEM_OUT"
+    settings: Settings,
+    app_name: str = "lakehouse-ingest",
+    jvm_log_target: str = "SYSTEM_OUT",
+    drain: bool = False,
 ) -> SparkSession:
-    """Create (or return) the process's SparkSession configured for ``settings``.
+    """Create (or return) the process's SparkSession configured for ``settings``, of a
+    driver that drains and exits (``drain``) or runs until stopped (`spark_conf`).
 
     The driver JVM logs JSON lines like the Python side (service/logs.py), to
     ``jvm_log_target`` (``SYSTEM_ERR`` for commands whose stdout is their report).
     """
-    conf = spark_conf(settings)
+    conf = spark_conf(settings, drain)
     conf["spark.app.name"] = app_name
     log_config = jvm_log_config(settings.log_format, settings.log_level, target=jvm_log_target)
     archive = cds_archive(settings)

@@ -36,7 +36,7 @@ def test_java_options_keep_the_operator_s_and_map_the_archive_quietly() -> None:
 
 
 def test_the_driver_leaves_c2_the_hot_code(spark: SparkSession) -> None:
-    """The driver JVM runs with C2's thresholds at five times HotSpot's (`_JIT_OPTIONS`):
+    """The driver JVM runs with C2's thresholds at five times HotSpot's (`jit_options`):
     the flags reach the live JVM, as HotSpot reads them."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None

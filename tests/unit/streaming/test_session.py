@@ -95,3 +95,39 @@ def test_only_a_local_driver_swaps_the_file_system_whose_jar_is_on_its_class_pat
         "org.apache.hadoop.fs.LocalFileSystem"
         == (spark_conf(settings(master, spark_extra_conf=extra))["spark.hadoop.fs.file.impl"])
     )
+
+
+def _tier4(options: str) -> dict[str, str]:
+    """The C2 thresholds that HotSpot ``options`` set, by flag name."""
+    pairs = (o.removeprefix("-XX:").split("=") for o in options.split() if "=" in o)
+    return {name: value for name, value in pairs if name.startswith("Tier4")}
+
+
+@pytest.mark.parametrize("master", ["local[2]", STANDALONE])
+def test_a_driver_that_drains_calls_c2_at_four_times_a_long_running_one_s_thresholds(
+    master: str,
+) -> None:
+    """C2 compiles what a long-running driver calls 25,000 times, what a drain calls
+    100,000 times; loops reach it at the same back-edge count. Executors run as their
+    driver."""
+    running, drain = spark_conf(settings(master)), spark_conf(settings(master), drain=True)
+    assert {
+        "Tier4InvocationThreshold": "25000",
+        "Tier4MinInvocationThreshold": "3000",
+        "Tier4CompileThreshold": "75000",
+        "Tier4BackEdgeThreshold": "200000",
+    } == _tier4(running["spark.driver.defaultJavaOptions"])
+    assert {
+        "Tier4InvocationThreshold": "100000",
+        "Tier4MinInvocationThreshold": "12000",
+        "Tier4CompileThreshold": "300000",
+        "Tier4BackEdgeThreshold": "200000",
+    } == _tier4(drain["spark.driver.defaultJavaOptions"])
+    for conf in (running, drain):
+        assert "-XX:-DontCompileHugeMethods" in conf["spark.driver.defaultJavaOptions"].split()
+        executors = conf.get("spark.executor.defaultJavaOptions")
+        local = master.startswith("local")
+        assert (None if local else conf["spark.driver.defaultJavaOptions"]) == executors
+    assert {k: v for k, v in running.items() if "JavaOptions" not in k} == {
+        k: v for k, v in drain.items() if "JavaOptions" not in k
+    }
