@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -103,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{cpu_ms:6.2f} ms of CPU (the JVM's and its processes')"
         )
     spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from collections.abc import Sequence
@@ -117,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     print("tables equal" if tables[0] == tables[1] else "TABLES DIFFER", flush=True)
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
     return 0 if tables[0] == tables[1] else 1
 
 
