@@ -67,10 +67,10 @@ def runtime_jars(jars_dir: str) -> list[str]:
 # micro-batch, which under the defaults kept C2 compiling it minutes after the start
 # (`make run`'s third to fifth minute: 10,572 methods, 72 s of C2's time); the hot loops
 # over rows still reach C2 within a batch. A driver that drains and exits (`run
-# --available-now`) has twenty times: a third of its CPU was C2 compiling code (Janino,
-# Java serialization, Scala's sort) that a backlog calls past the five times but that
-# does not pay back before the run ends; a long-running driver's small batches ran
-# slower with them (docs/performance.md, "Starting a driver").
+# --available-now`) has twenty times: at five, C2 took 59 s of a gold backlog's 202
+# CPU-s compiling code (Janino, Java serialization, Scala's sort) that the run calls past
+# them but that does not pay back before it ends; a long-running driver's small batches
+# ran slower at twenty (docs/performance.md, "Starting a driver").
 _JIT_OPTIONS = (
     "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=25000"
     " -XX:Tier4MinInvocationThreshold=3000 -XX:Tier4CompileThreshold=75000"
