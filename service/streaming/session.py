@@ -71,21 +71,22 @@ def runtime_jars(jars_dir: str) -> list[str]:
 # CPU-s compiling code (Janino, Java serialization, Scala's sort) that the run calls past
 # them but that does not pay back before it ends; a long-running driver's small batches
 # ran slower at twenty (docs/performance.md, "Starting a driver").
-_JIT_OPTIONS = (
-    "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=25000"
-    " -XX:Tier4MinInvocationThreshold=3000 -XX:Tier4CompileThreshold=75000"
-    " -XX:Tier4BackEdgeThreshold=200000"
-)
-_DRAIN_JIT_OPTIONS = (
-    "-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold=100000"
-    " -XX:Tier4MinInvocationThreshold=12000 -XX:Tier4CompileThreshold=300000"
-    " -XX:Tier4BackEdgeThreshold=200000"
-)
+#
+# HotSpot's own C2 thresholds (JDK 17): invocations, the least of them, invocations and
+# loop iterations together, loop iterations alone (on-stack replacement).
+_C2_INVOCATION, _C2_MIN_INVOCATION, _C2_COMPILE, _C2_BACK_EDGE = 5000, 600, 15000, 40000
 
 
 def jit_options(drain: bool) -> str:
-    """The HotSpot options of a driver (and its executors) that drains and exits, or not."""
-    return _DRAIN_JIT_OPTIONS if drain else _JIT_OPTIONS
+    """The HotSpot options of a driver (and its executors) that drains and exits, or not:
+    C2's invocation thresholds at twenty or five times HotSpot's, its back-edge one at five."""
+    scale = 20 if drain else 5
+    return (
+        f"-XX:-DontCompileHugeMethods -XX:Tier4InvocationThreshold={_C2_INVOCATION * scale}"
+        f" -XX:Tier4MinInvocationThreshold={_C2_MIN_INVOCATION * scale}"
+        f" -XX:Tier4CompileThreshold={_C2_COMPILE * scale}"
+        f" -XX:Tier4BackEdgeThreshold={_C2_BACK_EDGE * 5}"
+    )
 
 
 def spark_conf(settings: Settings, drain: bool = False) -> dict[str, str]:

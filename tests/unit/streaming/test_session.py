@@ -111,18 +111,18 @@ def test_a_driver_that_drains_calls_c2_at_four_times_a_long_running_one_s_thresh
     100,000 times; loops reach it at the same back-edge count. Executors run as their
     driver."""
     running, drain = spark_conf(settings(master)), spark_conf(settings(master), drain=True)
-    assert {
-        "Tier4InvocationThreshold": "25000",
-        "Tier4MinInvocationThreshold": "3000",
-        "Tier4CompileThreshold": "75000",
-        "Tier4BackEdgeThreshold": "200000",
-    } == _tier4(running["spark.driver.defaultJavaOptions"])
-    assert {
-        "Tier4InvocationThreshold": "100000",
-        "Tier4MinInvocationThreshold": "12000",
-        "Tier4CompileThreshold": "300000",
-        "Tier4BackEdgeThreshold": "200000",
-    } == _tier4(drain["spark.driver.defaultJavaOptions"])
+    thresholds = {  # a long-running driver's, a drain's
+        "Tier4InvocationThreshold": ("25000", "100000"),
+        "Tier4MinInvocationThreshold": ("3000", "12000"),
+        "Tier4CompileThreshold": ("75000", "300000"),
+        "Tier4BackEdgeThreshold": ("200000", "200000"),
+    }
+    assert {name: pair[0] for name, pair in thresholds.items()} == _tier4(
+        running["spark.driver.defaultJavaOptions"]
+    )
+    assert {name: pair[1] for name, pair in thresholds.items()} == _tier4(
+        drain["spark.driver.defaultJavaOptions"]
+    )
     for conf in (running, drain):
         assert "-XX:-DontCompileHugeMethods" in conf["spark.driver.defaultJavaOptions"].split()
         executors = conf.get("spark.executor.defaultJavaOptions")
