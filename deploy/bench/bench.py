@@ -141,16 +141,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--users", type=int, default=1000, help="distinct users (default: 1000)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
-    for name, what in (
-        ("bad", "readings the contract rejects"),
-        ("duplicate", "re-sent readings (same event id)"),
-        ("late", "readings 15 min to 2 h late in event time"),
+    for name, what, default in (
+        ("bad", "readings the contract rejects", "every reading valid"),
+        ("duplicate", "re-sent readings (same event id)", "every reading unique"),
+        ("late", "readings 15 min to 2 h late in event time", "every reading on time"),
+        ("user-update", "reading slots that also update a profile", "each user sent once, first"),
+        ("tombstone", "reading slots that also delete a user", "each user sent once, first"),
     ):
         parser.add_argument(
             f"--{name}-fraction",
             type=_fraction,
             default=0.0,
-            help=f"fraction of {what} (default: 0: every reading valid, on time, unique)",
+            help=f"fraction of {what} (default: 0: {default})",
         )
     parser.add_argument(
         "--sample-seconds",
@@ -308,6 +310,8 @@ def run_backlog(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> di
         bad_fraction=args.bad_fraction,
         late_fraction=args.late_fraction,
         duplicate_fraction=args.duplicate_fraction,
+        user_update_fraction=args.user_update_fraction,
+        tombstone_fraction=args.tombstone_fraction,
     )
     print(f"producing {args.readings:,} readings and {args.users:,} users ...", flush=True)
     began = time.monotonic()
@@ -538,6 +542,10 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
                 str(args.late_fraction),
                 "--duplicate-fraction",
                 str(args.duplicate_fraction),
+                "--user-update-fraction",
+                str(args.user_update_fraction),
+                "--tombstone-fraction",
+                str(args.tombstone_fraction),
             ],
             {**env, "INGEST_LOG_LEVEL": "WARNING"},
             work / "logs" / "generator.log",
