@@ -83,6 +83,25 @@ _START_TIMEOUT_SECONDS = 600.0
 _STOP_TIMEOUT_SECONDS = 300.0
 
 
+# The generator's mix (`generate`'s ``--<name>-fraction``): name, what, the default's meaning.
+MIX = (
+    ("bad", "readings the contract rejects", "every reading valid"),
+    ("duplicate", "re-sent readings (same event id)", "every reading unique"),
+    ("late", "readings 15 min to 2 h late in event time", "every reading on time"),
+    ("user-update", "reading slots that also update a profile", "each user sent once, first"),
+    ("tombstone", "reading slots that also delete a user", "each user sent once, first"),
+)
+
+
+def mix_flags(args: argparse.Namespace) -> list[str]:
+    """The ``--*-fraction`` flags given, as `generate`'s arguments."""
+    return [
+        arg
+        for name, _, _ in MIX
+        for arg in (f"--{name}-fraction", str(getattr(args, f"{name.replace('-', '_')}_fraction")))
+    ]
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -141,13 +160,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--users", type=int, default=1000, help="distinct users (default: 1000)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
-    for name, what, default in (
-        ("bad", "readings the contract rejects", "every reading valid"),
-        ("duplicate", "re-sent readings (same event id)", "every reading unique"),
-        ("late", "readings 15 min to 2 h late in event time", "every reading on time"),
-        ("user-update", "reading slots that also update a profile", "each user sent once, first"),
-        ("tombstone", "reading slots that also delete a user", "each user sent once, first"),
-    ):
+    for name, what, default in MIX:
         parser.add_argument(
             f"--{name}-fraction",
             type=_fraction,
@@ -536,16 +549,7 @@ def run_sustained(args: argparse.Namespace, broker: KafkaBroker, work: Path) -> 
                 str(args.seed),
                 "--partitions",
                 str(PARTITIONS),
-                "--bad-fraction",
-                str(args.bad_fraction),
-                "--late-fraction",
-                str(args.late_fraction),
-                "--duplicate-fraction",
-                str(args.duplicate_fraction),
-                "--user-update-fraction",
-                str(args.user_update_fraction),
-                "--tombstone-fraction",
-                str(args.tombstone_fraction),
+                *mix_flags(args),
             ],
             {**env, "INGEST_LOG_LEVEL": "WARNING"},
             work / "logs" / "generator.log",
